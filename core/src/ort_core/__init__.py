@@ -1,0 +1,79 @@
+"""ort-core: a Python ONNX inference runtime with pluggable execution providers.
+
+Drop-in for the commonly used part of onnxruntime's Python API::
+
+    import ort_core as ort
+    sess = ort.InferenceSession("model.onnx", providers=["CPUExecutionProvider"])
+    outputs = sess.run(None, {"input": array})
+"""
+
+from __future__ import annotations
+
+from .errors import (
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    KernelError,
+    NoSuchFile,
+    NotImplementedOp,
+    OrtError,
+    OrtWarning,
+    PluginError,
+    RunTerminated,
+)
+from .io_types import ModelMetadata, NodeArg
+from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
+from .session import InferenceSession
+
+__version__ = "0.1.0"
+
+# Every provider name onnxruntime knows, so code probing get_all_providers() keeps working.
+_KNOWN_PROVIDERS = [
+    "TensorrtExecutionProvider", "CUDAExecutionProvider", "MIGraphXExecutionProvider",
+    "ROCMExecutionProvider", "OpenVINOExecutionProvider", "DnnlExecutionProvider",
+    "VitisAIExecutionProvider", "QNNExecutionProvider", "NnapiExecutionProvider",
+    "VSINPUExecutionProvider", "JsExecutionProvider", "CoreMLExecutionProvider",
+    "ArmNNExecutionProvider", "ACLExecutionProvider", "DmlExecutionProvider",
+    "RknpuExecutionProvider", "WebNNExecutionProvider", "WebGpuExecutionProvider",
+    "XnnpackExecutionProvider", "CANNExecutionProvider", "AzureExecutionProvider",
+    "CPUExecutionProvider",
+]
+
+
+def get_available_providers() -> list[str]:
+    """Providers installed and usable on this machine, plugins first, CPU last."""
+    from .plugins.manager import get_registry
+
+    return get_registry().available()
+
+
+def get_all_providers() -> list[str]:
+    """Every provider name known: onnxruntime's list plus any installed plugin's."""
+    from .plugins.manager import get_registry
+
+    extra = [p for p in get_registry().providers if p not in _KNOWN_PROVIDERS]
+    return _KNOWN_PROVIDERS[:-1] + sorted(extra) + ["CPUExecutionProvider"]
+
+
+def get_device() -> str:
+    """'GPU' when an available provider computes on a GPU, else 'CPU' (as onnxruntime reports)."""
+    from .plugins.manager import get_registry
+
+    for reg in get_registry().providers.values():
+        if reg.info.available and any(d.type in ("cuda", "gpu", "rocm", "dml") for d in reg.info.devices):
+            return "GPU"
+    return "CPU"
+
+
+def get_version_string() -> str:
+    return __version__
+
+
+__all__ = [
+    "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InferenceSession",
+    "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "KernelError", "ModelMetadata",
+    "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtWarning", "PluginError",
+    "RunOptions", "RunTerminated", "SessionOptions", "get_all_providers", "get_available_providers",
+    "get_device", "get_version_string",
+]

@@ -1,0 +1,88 @@
+"""Descriptions of a session's inputs and outputs (NodeArg, ModelMetadata) and feed checking.
+
+Mirrors onnxruntime's NodeArg/ModelMetadata; ``check_feed`` turns a user's value into the array
+a kernel may read, or raises InvalidArgument naming the input, the expected and the given type.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgument
+from .ir.graph import Model, ValueInfo
+from .ir.types import ValueType, elem_type_of, np_dtype
+
+
+@dataclass(frozen=True)
+class NodeArg:
+    """An input or output: ``name``, ``type`` ('tensor(float)') and ``shape`` (ints, symbolic
+    dims as strings, None for unknown dims)."""
+
+    name: str
+    type: str
+    shape: list
+    value_type: ValueType = field(repr=False, compare=False, default=ValueType("unknown"))
+
+    @staticmethod
+    def from_value_info(v: ValueInfo) -> NodeArg:
+        shape = [] if v.type.shape is None else list(v.type.shape)
+        return NodeArg(v.name, v.type.text, shape, v.type)
+
+    def __str__(self) -> str:
+        return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class ModelMetadata:
+    producer_name: str
+    graph_name: str
+    domain: str
+    description: str
+    graph_description: str
+    version: int
+    custom_metadata_map: dict[str, str]
+
+    @staticmethod
+    def from_model(m: Model) -> ModelMetadata:
+        return ModelMetadata(m.producer_name, m.graph.name, m.domain, m.doc_string, m.graph.doc_string,
+                             m.model_version, dict(m.metadata_props))
+
+
+def check_feed(arg: NodeArg, value: Any) -> Any:
+    """Validate a fed value against its declared type; returns the array to use."""
+    t = arg.value_type
+    if t.kind != "tensor":
+        return value  # sequences/maps/optionals are checked by the kernels consuming them
+    if not isinstance(value, np.ndarray):
+        if hasattr(value, "numpy") and callable(value.numpy):  # OrtValue-like objects
+            value = value.numpy()
+        else:
+            value = np.asarray(value)
+    expected = np_dtype(t.elem_type)
+    if expected.kind == "O":
+        if value.dtype.kind not in "OUS":
+            raise InvalidArgument(f"input '{arg.name}': expected {arg.type}, got an array of {value.dtype}")
+        value = value.astype(object)
+    elif value.dtype != expected:
+        given = elem_type_of(value.dtype)
+        given_text = f"tensor({_name(given)})" if given else f"numpy {value.dtype}"
+        raise InvalidArgument(f"input '{arg.name}': unexpected data type {given_text}, expected {arg.type}")
+    if t.shape is not None:
+        if value.ndim != len(t.shape):
+            raise InvalidArgument(f"input '{arg.name}': invalid rank {value.ndim} (shape {list(value.shape)}), "
+                                  f"expected rank {len(t.shape)} (shape {list(t.shape)})")
+        bad = [(i, d, g) for i, (d, g) in enumerate(zip(t.shape, value.shape)) if isinstance(d, int) and d != g]
+        if bad:
+            detail = ", ".join(f"dim {i}: expected {d}, got {g}" for i, d, g in bad)
+            raise InvalidArgument(f"input '{arg.name}': invalid dimensions {list(value.shape)} "
+                                  f"for expected shape {list(t.shape)} ({detail})")
+    return value
+
+
+def _name(elem_type: int) -> str:
+    from .ir.types import elem_type_name
+
+    return elem_type_name(elem_type)

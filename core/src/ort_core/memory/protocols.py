@@ -1,0 +1,52 @@
+"""Interfaces a provider implements for its device memory: Allocator and DataTransfer.
+
+Structural protocols only; see host.py for the host implementations and plugins/hookspecs.py
+for how providers hand them to the core.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+import numpy as np
+
+from .device import Device
+
+
+@runtime_checkable
+class Allocator(Protocol):
+    """Hands out device buffers.
+
+    ``device``: the Device it allocates on. ``alignment``: the byte alignment every buffer
+    it returns honours. ``allocate(nbytes)`` returns an opaque buffer object for that
+    device (for the host: a writable uint8 numpy array of exactly ``nbytes``); ``free``
+    gives it back (a no-op where the garbage collector owns memory).
+    """
+
+    device: Device
+    alignment: int
+
+    def allocate(self, nbytes: int) -> Any: ...
+
+    def free(self, buffer: Any) -> None: ...
+
+
+@runtime_checkable
+class DataTransfer(Protocol):
+    """Copies tensors between devices a provider knows.
+
+    ``can_copy(src, dst)`` says whether this transfer handles the pair. ``copy(value, src,
+    dst)`` returns a new value on ``dst`` holding the same bytes, shape and dtype; host values
+    are numpy arrays.
+    """
+
+    def can_copy(self, src: Device, dst: Device) -> bool: ...
+
+    def copy(self, value: Any, src: Device, dst: Device) -> Any: ...
+
+
+def host_array(buffer: np.ndarray, shape: tuple, dtype: np.dtype) -> np.ndarray:
+    """View a host buffer from an Allocator as an array of ``shape``/``dtype``."""
+    dtype = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return buffer[:n].view(dtype).reshape(shape)

@@ -1,0 +1,103 @@
+"""Option objects of the drop-in API: SessionOptions, RunOptions and their enums.
+
+Same names and defaults as onnxruntime's Python API. Options ort-core accepts but does not act
+on yet are listed in ``NOT_YET_APPLIED`` and warned about when set to a non-default value.
+"""
+
+from __future__ import annotations
+
+import enum
+import warnings
+
+from .errors import NotImplementedOp, OrtWarning
+
+
+class GraphOptimizationLevel(enum.IntEnum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
+    ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(enum.IntEnum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(enum.IntEnum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
+
+
+# attribute -> default; setting these to anything else warns that it has no effect yet
+NOT_YET_APPLIED = {
+    "enable_profiling": False,
+    "optimized_model_filepath": "",
+}
+
+
+class SessionOptions:
+    """Per-session configuration (mirrors onnxruntime.SessionOptions)."""
+
+    def __init__(self) -> None:
+        self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
+        self.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+        self.execution_order = ExecutionOrder.DEFAULT
+        self.intra_op_num_threads = 0
+        self.inter_op_num_threads = 0
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.enable_cpu_mem_arena = True
+        self.enable_mem_pattern = True
+        self.enable_mem_reuse = True
+        self.use_deterministic_compute = False
+        self.enable_profiling = False
+        self.profile_file_prefix = "onnxruntime_profile_"
+        self.optimized_model_filepath = ""
+        self._config: dict[str, str] = {}
+        self._free_dims_by_name: dict[str, int] = {}
+
+    def add_session_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_session_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise KeyError(f"session config entry '{key}' is not set")
+        return self._config[key]
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        self._free_dims_by_name[dim_name] = int(dim_value)
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        raise NotImplementedOp(
+            f"cannot load custom-op library '{library_path}': custom-op libraries are not supported yet")
+
+    def warn_unapplied(self) -> None:
+        for attr, default in NOT_YET_APPLIED.items():
+            if getattr(self, attr) != default:
+                warnings.warn(f"SessionOptions.{attr} is accepted but has no effect yet in ort-core",
+                              OrtWarning, stacklevel=3)
+
+
+class RunOptions:
+    """Per-run configuration; ``terminate = True`` (from any thread) stops a run between steps."""
+
+    def __init__(self) -> None:
+        self.log_severity_level = 2
+        self.log_verbosity_level = 0
+        self.logid = ""
+        self.run_tag = ""
+        self.terminate = False
+        self.only_execute_path_to_fetches = False
+        self._config: dict[str, str] = {}
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self._config[str(key)] = str(value)
+
+    def get_run_config_entry(self, key: str) -> str:
+        if key not in self._config:
+            raise KeyError(f"run config entry '{key}' is not set")
+        return self._config[key]

@@ -1,0 +1,5 @@
+"""Partitioning: which provider runs which nodes, cut into subgraphs for compile."""
+
+from .partitioner import Partition, partition
+
+__all__ = ["Partition", "partition"]

@@ -1,0 +1,13 @@
+"""Provider plugin API: the hook marker, the types exchanged through hooks, and discovery.
+
+Plugin authors need only ``hookimpl`` and the types re-exported here; the contract itself is
+documented in ``hookspecs``.
+"""
+
+import pluggy
+
+from .types import Capability, FusedSubgraph, GraphView, ProviderInfo
+
+hookimpl = pluggy.HookimplMarker("ort_core")
+
+__all__ = ["Capability", "FusedSubgraph", "GraphView", "ProviderInfo", "hookimpl"]

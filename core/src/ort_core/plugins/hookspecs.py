@@ -1,0 +1,87 @@
+"""The provider plugin contract: every hook an execution-provider plugin may implement.
+
+This module only documents and declares the hooks (pluggy hookspecs); implementations live in
+the plugins, the built-in CPU provider included (``ort_core.providers.cpu.provider``).
+
+A plugin is a module or object whose functions are decorated with ``ort_core.plugins.hookimpl``
+and that is exposed through the entry-point group ``ort_core.providers``::
+
+    [project.entry-points."ort_core.providers"]
+    myep = "ort_ep_myep.plugin"
+
+Routing: the core calls ``ort_register_providers`` on every plugin; every other hook is called
+*only on the plugin that registered the provider named in the call*, so a plugin never sees
+calls for other plugins' providers. A plugin offering several providers receives the
+``provider`` name and answers for that one.
+
+Validation: the core checks every answer. A plugin that raises, or returns something that breaks
+the contract below, produces an ``OrtWarning`` naming the plugin and the problem; the provider is
+then skipped (sessions fall back to the next provider) and the core never crashes because of it.
+"""
+
+from __future__ import annotations
+
+import pluggy
+
+hookspec = pluggy.HookspecMarker("ort_core")
+
+
+@hookspec
+def ort_register_providers():
+    """Declare the providers this plugin offers.
+
+    Returns a list of ``ort_core.plugins.ProviderInfo``: for each provider its ``name`` (unique,
+    e.g. ``"OpenVINOExecutionProvider"``), the ``devices`` its values live on
+    (``ort_core.memory.Device``; use ``Device("cpu")`` for providers computing in host memory),
+    whether it is ``available`` on this machine and, when not, a ``reason`` a user can act on
+    ("libopenvino_c not found: pip install openvino", "no CUDA device visible"). Must be cheap and
+    must not raise when the vendor runtime is missing: report unavailability instead.
+    """
+
+
+@hookspec(firstresult=True)
+def ort_get_capability(provider, graph, options):
+    """Say which of the offered nodes ``provider`` takes.
+
+    ``graph`` is an ``ort_core.plugins.GraphView``: the model's graph (read-only), the opset
+    imports, and ``graph.nodes()`` — the nodes still unassigned, in topological order.
+    ``options`` is the provider-options dict the user passed for this provider.
+
+    Returns an ``ort_core.plugins.Capability``: ``claimed`` (node ids it takes; only ids of
+    offered nodes), ``declined`` (node id -> short reason for *every* offered node it does not
+    take) and ``fuse``: True to have connected claimed nodes grouped into fused subgraphs
+    (compiled once each), False to compile node by node (kernel-registry providers like CPU).
+    Claims must be honest: each claimed node must compile and compute correct results.
+    """
+
+
+@hookspec(firstresult=True)
+def ort_compile(provider, subgraph, options):
+    """Compile a fused subgraph into a kernel for ``provider``.
+
+    ``subgraph`` is an ``ort_core.plugins.FusedSubgraph``: its nodes (IR), ``inputs`` (every
+    value it reads from outside, constants included, in a fixed order), ``outputs`` (values
+    read after it or returned by the model), ``constants`` (initializer values it may bake in)
+    and ``to_model_proto()`` for SDKs that ingest ONNX directly.
+
+    Returns a callable ``kernel(*inputs) -> sequence`` taking one value per ``subgraph.inputs``
+    (numpy arrays on the host, or the provider's device values) and returning one value per
+    ``subgraph.outputs``, on the provider's device. Kernels are stateless and may be called
+    from several threads at once; they must not modify their inputs. Called once per subgraph
+    per session. Raising here makes the core fall back to other providers for these nodes.
+    """
+
+
+@hookspec(firstresult=True)
+def ort_allocator(provider, device):
+    """Return an ``ort_core.memory.Allocator`` for values of ``provider`` on ``device``.
+
+    The allocator declares its ``alignment`` and must honour it for every size, zero included.
+    Providers computing in host memory may return ``ort_core.memory.HostAllocator()``.
+    """
+
+
+@hookspec(firstresult=True)
+def ort_data_transfer(provider):
+    """Return an ``ort_core.memory.DataTransfer`` that copies values between ``provider``'s
+    devices and the host (both directions), bit-exactly for every tensor dtype."""

@@ -1,0 +1,122 @@
+"""Data types exchanged through the provider hooks: ProviderInfo, GraphView, Capability, FusedSubgraph.
+
+Plain values with no behaviour beyond small conveniences; the hooks that use them are documented
+in hookspecs.py.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+import onnx
+
+from ..ir.graph import Graph, Node, ValueInfo
+from ..ir.save import node_to_proto, value_info_to_proto
+from ..ir.types import ValueType, elem_type_of
+from ..memory.device import HOST, Device
+
+
+@dataclass(frozen=True)
+class ProviderInfo:
+    """What a plugin declares about one provider it offers."""
+
+    name: str
+    devices: tuple[Device, ...] = (HOST,)
+    available: bool = True
+    reason: str = ""
+    description: str = ""
+    version: str = ""
+
+    @property
+    def device(self) -> Device:
+        return self.devices[0]
+
+
+@dataclass(frozen=True)
+class Capability:
+    """A provider's answer to get_capability (see hookspecs.ort_get_capability)."""
+
+    claimed: tuple[int, ...] = ()
+    declined: dict[int, str] = field(default_factory=dict)
+    fuse: bool = True
+
+
+@dataclass(frozen=True)
+class GraphView:
+    """What a provider sees when asked for its capability: the graph plus the nodes on offer."""
+
+    graph: Graph
+    opsets: dict[str, int]
+    offered: tuple[int, ...]
+
+    def nodes(self) -> list[Node]:
+        """Offered (still unassigned) nodes, in topological order."""
+        offered = set(self.offered)
+        return [n for n in self.graph.topological_order() if n.id in offered]
+
+    def opset(self, domain: str = "") -> int:
+        domain = "" if domain == "ai.onnx" else domain
+        return self.opsets.get(domain, 0)
+
+    def type_of(self, name: str) -> ValueType | None:
+        return self.graph.type_of(name)
+
+    def constant(self, name: str) -> np.ndarray | None:
+        """The value of a constant initializer (not overridable by a feed), else None."""
+        return constant_initializers(self.graph).get(name)
+
+
+def constant_initializers(graph: Graph) -> dict[str, np.ndarray]:
+    """Initializers that a feed cannot override (those not also listed as graph inputs)."""
+    inputs = {v.name for v in graph.inputs}
+    return {k: v for k, v in graph.initializers.items() if k not in inputs}
+
+
+@dataclass
+class FusedSubgraph:
+    """A group of nodes handed to one provider's ``compile`` hook.
+
+    ``inputs`` lists every value read from outside (constants included) in first-use order;
+    ``outputs`` the values read after it or returned by the model; ``constants`` the
+    initializer values among the inputs, which a provider may bake into its kernel.
+    """
+
+    name: str
+    nodes: list[Node]
+    inputs: list[str]
+    outputs: list[str]
+    constants: dict[str, np.ndarray]
+    opsets: dict[str, int]
+    graph: Graph
+    _proto: onnx.ModelProto | None = field(default=None, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def to_model_proto(self) -> onnx.ModelProto:
+        """The subgraph as a standalone ONNX model (constants as initializers), built once."""
+        with self._lock:
+            if self._proto is None:
+                self._proto = self._build_proto()
+            return self._proto
+
+    def _value_info(self, name: str) -> onnx.ValueInfoProto:
+        t = self.graph.type_of(name)
+        if t is None and name in self.constants:
+            arr = self.constants[name]
+            t = ValueType.tensor(elem_type_of(arr.dtype) or 0, arr.shape)
+        return value_info_to_proto(ValueInfo(name, t or ValueType("unknown")))
+
+    def _build_proto(self) -> onnx.ModelProto:
+        from onnx import helper, numpy_helper
+
+        inits = [numpy_helper.from_array(np.asarray(self.constants[n]), name=n)
+                 for n in self.inputs if n in self.constants]
+        graph = helper.make_graph(
+            [node_to_proto(n) for n in self.nodes], self.name,
+            [self._value_info(n) for n in self.inputs if n not in self.constants],
+            [self._value_info(n) for n in self.outputs], initializer=inits)
+        opsets = [helper.make_opsetid(d, v) for d, v in sorted(self.opsets.items())]
+        model = helper.make_model(graph, opset_imports=opsets, producer_name="ort-core")
+        model.ir_version = min(onnx.IR_VERSION, 10)
+        return model

@@ -1,0 +1,1 @@
+"""Execution providers shipped inside the core (the CPU provider)."""

@@ -1,0 +1,1 @@
+"""The built-in CPU execution provider: numpy kernels registered through the plugin hooks."""

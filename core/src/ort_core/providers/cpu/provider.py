@@ -1,0 +1,76 @@
+"""The CPU provider's hook implementations: registration, capability, compile, memory.
+
+Claims every node that has a registered kernel for its op type and opset, compiles node by
+node (no fusion), and computes in host memory. Kernels themselves live in ``ops/``.
+"""
+
+from __future__ import annotations
+
+from ...errors import KernelError
+from ...memory import HOST, HostAllocator, HostDataTransfer
+from ...plugins import Capability, ProviderInfo, hookimpl
+from . import ops  # noqa: F401  (importing registers the kernels)
+from .registry import lookup
+
+NAME = "CPUExecutionProvider"
+
+
+@hookimpl
+def ort_register_providers():
+    return [ProviderInfo(NAME, (HOST,), True, description="numpy kernels, always available")]
+
+
+@hookimpl
+def ort_get_capability(provider, graph, options):
+    claimed, declined = [], {}
+    for node in graph.nodes():
+        opset = graph.opset(node.domain)
+        if lookup(node.domain, node.op_type, opset) is not None:
+            claimed.append(node.id)
+        else:
+            dom = f"{node.domain}::" if node.domain else ""
+            declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
+    return Capability(tuple(claimed), declined, fuse=False)
+
+
+@hookimpl
+def ort_compile(provider, subgraph, options):
+    if len(subgraph.nodes) != 1:
+        raise KernelError(f"the CPU provider compiles single nodes, got {len(subgraph.nodes)}")
+    node = subgraph.nodes[0]
+    opset = subgraph.opsets.get("" if node.domain == "ai.onnx" else node.domain, 0)
+    kd = lookup(node.domain, node.op_type, opset)
+    if kd is None:
+        raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
+    kernel = kd.factory(node, opset)
+    return _adapt(kernel, node, subgraph.inputs, subgraph.outputs)
+
+
+def _adapt(kernel, node, inputs, outputs):
+    """Map the subgraph's input/output order onto the node's positional slots.
+
+    Most nodes need no mapping and get their kernel back unchanged (no per-call overhead).
+    """
+    in_idx = [inputs.index(n) if n else None for n in node.inputs]
+    out_idx = [node.outputs.index(o) for o in outputs]
+    same_in = in_idx == list(range(len(inputs)))
+    same_out = out_idx == list(range(len(node.outputs)))
+    if same_in and same_out:
+        return kernel
+
+    def adapted(*xs):
+        args = xs if same_in else [None if i is None else xs[i] for i in in_idx]
+        res = kernel(*args)
+        return res if same_out else [res[i] for i in out_idx]
+
+    return adapted
+
+
+@hookimpl
+def ort_allocator(provider, device):
+    return HostAllocator()
+
+
+@hookimpl
+def ort_data_transfer(provider):
+    return HostDataTransfer()

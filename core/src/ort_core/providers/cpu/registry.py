@@ -1,0 +1,66 @@
+"""Kernel registry of the CPU provider: (domain, op type, opset range) -> kernel factory.
+
+A kernel factory runs once per node at session creation and returns the kernel: a plain
+function ``kernel(*inputs) -> tuple of outputs`` with attributes already resolved.
+The registry only stores and looks up; it runs nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ...ir.graph import Node
+
+Kernel = Callable[..., tuple]
+"""kernel(*inputs) -> tuple with one entry per node output (None for an omitted output).
+Omitted optional inputs arrive as None. Kernels are stateless and thread-safe."""
+
+Factory = Callable[[Node, int], Kernel]
+"""factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes."""
+
+
+@dataclass(frozen=True)
+class KernelDef:
+    domain: str
+    op_type: str
+    since: int
+    until: int | None  # inclusive; None = open-ended
+    factory: Factory
+
+
+_REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}
+
+
+def _norm_domain(domain: str) -> str:
+    return "" if domain == "ai.onnx" else domain
+
+
+def register(op_type: str | tuple[str, ...], since: int = 1, until: int | None = None,
+             domain: str = "") -> Callable[[Factory], Factory]:
+    """Decorator registering a kernel factory for one or several op types.
+
+    ``since``/``until`` bound the opset versions (inclusive) the factory implements.
+    """
+    names = (op_type,) if isinstance(op_type, str) else tuple(op_type)
+
+    def deco(factory: Factory) -> Factory:
+        for name in names:
+            key = (_norm_domain(domain), name)
+            _REGISTRY.setdefault(key, []).append(KernelDef(key[0], name, since, until, factory))
+        return factory
+
+    return deco
+
+
+def lookup(domain: str, op_type: str, opset: int) -> KernelDef | None:
+    """The kernel definition covering ``opset`` for an op, or None."""
+    for kd in _REGISTRY.get((_norm_domain(domain), op_type), ()):
+        if kd.since <= opset and (kd.until is None or opset <= kd.until):
+            return kd
+    return None
+
+
+def supported_ops() -> dict[tuple[str, str], list[tuple[int, Any]]]:
+    """(domain, op_type) -> [(since, until), ...] for documentation and capability reasons."""
+    return {k: [(kd.since, kd.until) for kd in v] for k, v in sorted(_REGISTRY.items())}

@@ -1,0 +1,238 @@
+"""InferenceSession: the one place where the pipeline is written out in order.
+
+load -> resolve providers -> partition -> compile each subgraph -> execution plan -> run.
+Input checking and the ORT-compatible query methods live here too; kernels, partitioning and
+plugin plumbing live in their own packages.
+"""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any, Sequence
+
+from .errors import InvalidArgument, InvalidGraph, OrtError, OrtWarning, PluginError
+from .io_types import ModelMetadata, NodeArg, check_feed
+from .ir import Model, load_model
+from .memory.device import HOST
+from .options import RunOptions, SessionOptions
+from .partition import partition
+from .plan import PlanBuilder
+from .plugins.manager import CPU, get_registry
+from .plugins.types import constant_initializers
+
+
+class InferenceSession:
+    """Load a model and run it (mirrors onnxruntime.InferenceSession).
+
+    ``path_or_bytes``: a file path, serialized bytes or an onnx.ModelProto. ``providers``: names
+    or ``(name, options)`` tuples in priority order; the CPU provider is always added last.
+    Unknown or unavailable providers are skipped with a warning naming them and the reason.
+    """
+
+    def __init__(self, path_or_bytes: Any, sess_options: SessionOptions | None = None,
+                 providers: Sequence[Any] | None = None, provider_options: Sequence[dict] | None = None,
+                 **kwargs: Any) -> None:
+        self._sess_options = sess_options or SessionOptions()
+        self._sess_options.warn_unapplied()
+        self._model: Model = load_model(path_or_bytes)
+        self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
+        registry = get_registry()
+        self._providers, self._provider_options = _resolve_providers(registry, providers, provider_options)
+        self._build_with_fallback(registry)
+
+    # ------------------------------------------------------------------ build
+    def _build_with_fallback(self, registry) -> None:
+        """Build; a provider whose plugin fails during compile is dropped with a warning."""
+        while True:
+            try:
+                return self._build(registry)
+            except PluginError as e:
+                culprit = next((p for p in self._providers if p != CPU and f"'{p}'" in str(e)), None)
+                if culprit is None:
+                    raise
+                warnings.warn(f"{e}; falling back without '{culprit}'", OrtWarning, stacklevel=3)
+                self._providers.remove(culprit)
+
+    def _build(self, registry) -> None:
+        model, graph = self._model, self._model.graph
+        self._check_opsets()
+        part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options)
+        self._partition = part
+        if any(p != CPU for p in self._providers):
+            warnings.warn("provider assignment: " + " | ".join(part.summary(graph, self._providers)),
+                          OrtWarning, stacklevel=3)
+
+        b = PlanBuilder()
+        inits = graph.initializers
+        overridable = {v.name for v in graph.inputs if v.name in inits}
+        for name, value in inits.items():
+            b.define(name, HOST, value)
+        for v in graph.inputs:
+            b.define(v.name, HOST, inits.get(v.name))
+        transfers = {}
+        for provider, sub in part.subgraphs:
+            info = registry.providers[provider].info
+            device = info.device
+            if not device.is_host and provider not in transfers:
+                transfers[provider] = registry.data_transfer(provider)
+            try:
+                kernel = registry.compile(provider, sub, self._provider_options.get(provider, {}))
+            except PluginError as e:
+                if provider == CPU and isinstance(e.__cause__, OrtError):
+                    raise type(e.__cause__)(f"{_describe(sub)}: {e.__cause__}") from e
+                raise
+            except OrtError as e:
+                raise type(e)(f"{_describe(sub)} on {provider}: {e}") from e
+            ins = [b.read(n, device, transfers.get(provider), _describe(sub)) for n in sub.inputs]
+            outs = [b.define(n, device) for n in sub.outputs]
+            b.add(kernel, ins, outs, f"{_describe(sub)} on {provider}")
+        self._output_slots = {}
+        for v in graph.outputs:
+            if v.name not in b.location:
+                raise InvalidGraph(f"{model.source}: graph output '{v.name}' is produced by no node, "
+                                   "input or initializer")
+            src = b.location[v.name]
+            transfer = None
+            if not src.is_host:
+                owner = next(p for p, _ in part.subgraphs if registry.providers[p].info.device == src)
+                transfer = registry.data_transfer(owner)
+            slot = b.read(v.name, HOST, transfer, f"graph output '{v.name}'")
+            self._output_slots[v.name] = slot
+            b.keep.add(slot)
+        self._plan = b.finish()
+        self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
+        self._inputs = [NodeArg.from_value_info(v) for v in graph.inputs if v.name not in inits]
+        self._overridable = [NodeArg.from_value_info(v) for v in graph.inputs if v.name in overridable]
+        self._outputs = [NodeArg.from_value_info(v) for v in graph.outputs]
+        self._feedable = {a.name: a for a in self._inputs + self._overridable}
+        self._required = [a.name for a in self._inputs]
+        self._constants = constant_initializers(graph)
+
+    def _check_opsets(self) -> None:
+        from onnx.defs import onnx_opset_version
+
+        newest = onnx_opset_version()
+        opset = self._model.opset("")
+        if opset > newest:
+            raise InvalidGraph(f"{self._model.source}: model imports opset {opset} of the default domain; "
+                               f"the newest this onnx knows is {newest}")
+
+    # -------------------------------------------------------------------- run
+    def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
+            run_options: RunOptions | None = None) -> list[Any]:
+        """Compute ``output_names`` (all outputs when None) from ``input_feed`` (name -> array)."""
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, "
+                                  f"got {type(input_feed).__name__}")
+        feeds: dict[int, Any] = {}
+        for name, value in input_feed.items():
+            arg = self._feedable.get(name)
+            if arg is None:
+                raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
+                                      f"{[a.name for a in self._inputs]}")
+            feeds[self._input_slots[name]] = check_feed(arg, value)
+        missing = [n for n in self._required if n not in input_feed]
+        if missing:
+            raise InvalidArgument(f"missing input(s) {missing}; the model requires "
+                                  f"{self._required}")
+        if output_names is None:
+            want = list(self._output_slots.values())
+            names = list(self._output_slots)
+        else:
+            names = list(output_names)
+            unknown = [n for n in names if n not in self._output_slots]
+            if unknown:
+                raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
+                                      f"{list(self._output_slots)}")
+            want = [self._output_slots[n] for n in names]
+        results = self._plan.run(feeds, want, run_options)
+        for n, r in zip(names, results):
+            if r is None:
+                raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
+        return results
+
+    # ---------------------------------------------------------------- queries
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        return ModelMetadata.from_model(self._model)
+
+    def get_providers(self) -> list[str]:
+        return list(self._providers)
+
+    def get_provider_options(self) -> dict[str, dict]:
+        return {p: dict(self._provider_options.get(p, {})) for p in self._providers}
+
+    def get_session_options(self) -> SessionOptions:
+        return self._sess_options
+
+    def set_providers(self, providers=None, provider_options=None) -> None:
+        """Rebuild the session for another provider list (as onnxruntime allows)."""
+        registry = get_registry()
+        self._providers, self._provider_options = _resolve_providers(registry, providers, provider_options)
+        self._build_with_fallback(registry)
+
+    def end_profiling(self) -> str:
+        return ""
+
+    def get_profiling_start_time_ns(self) -> int:
+        return 0
+
+    @property
+    def model_path(self) -> str | None:
+        return self._model_path
+
+
+def _describe(sub) -> str:
+    if len(sub.nodes) == 1:
+        return sub.nodes[0].label
+    return f"subgraph '{sub.name}' ({len(sub.nodes)} nodes)"
+
+
+def _resolve_providers(registry, providers, provider_options) -> tuple[list[str], dict[str, dict]]:
+    """Validate the user's provider list; skip unknown/unavailable ones with a warning."""
+    if providers is None:
+        providers = [CPU]
+    if isinstance(providers, str):
+        providers = [providers]
+    if provider_options is not None and len(provider_options) != len(providers):
+        raise InvalidArgument(f"provider_options has {len(provider_options)} entries but providers has "
+                              f"{len(providers)}; give one options dict per provider")
+    resolved: list[str] = []
+    options: dict[str, dict] = {}
+    for k, entry in enumerate(providers):
+        if isinstance(entry, (tuple, list)) and len(entry) == 2:
+            name, opts = entry
+        elif isinstance(entry, str):
+            name, opts = entry, {}
+        else:
+            raise InvalidArgument(f"providers[{k}] must be a name or a (name, options) tuple, got {entry!r}")
+        if provider_options is not None:
+            opts = {**(opts or {}), **(provider_options[k] or {})}
+        if not isinstance(opts, dict):
+            raise InvalidArgument(f"options for provider '{name}' must be a dict, got {type(opts).__name__}")
+        reg = registry.providers.get(name)
+        if reg is None:
+            warnings.warn(f"provider '{name}' is not installed (known: {sorted(registry.providers)}); "
+                          "skipping it", OrtWarning, stacklevel=4)
+            continue
+        if not reg.info.available:
+            warnings.warn(f"provider '{name}' is unavailable: {reg.info.reason}; skipping it",
+                          OrtWarning, stacklevel=4)
+            continue
+        if name in resolved:
+            continue
+        resolved.append(name)
+        options[name] = {str(key): v for key, v in (opts or {}).items()}
+    if CPU not in resolved:
+        resolved.append(CPU)
+        options[CPU] = {}
+    return resolved, options
+

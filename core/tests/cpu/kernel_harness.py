@@ -1,0 +1,54 @@
+"""Test helper: run one node through our CPU kernel and through onnx's reference evaluator.
+
+Used by the per-family kernel tests; the reference evaluator is only ever called from tests.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+from ort_core.ir.graph import Node
+from ort_core.ir.types import elem_type_of
+from ort_core.providers.cpu import ops  # noqa: F401  (registers kernels)
+from ort_core.providers.cpu.registry import lookup
+
+
+def run_ours(op_type, inputs, attrs=None, opset=21, n_outputs=1, domain=""):
+    """Outputs of our kernel for one node; ``None`` in inputs marks an omitted optional input."""
+    names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    node = Node(op_type, names, [f"y{i}" for i in range(n_outputs)], dict(attrs or {}),
+                domain=domain, name=f"test_{op_type}", id=0)
+    kd = lookup(domain, op_type, opset)
+    assert kd is not None, f"no CPU kernel for {op_type} at opset {opset}"
+    return list(kd.factory(node, opset)(*inputs))
+
+
+def run_reference(op_type, inputs, attrs=None, opset=21, n_outputs=1, domain=""):
+    """Outputs of onnx's reference evaluator for the same node (the spec made executable)."""
+    names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, names, outs, domain=domain, **dict(attrs or {}))
+    g_inputs = [helper.make_tensor_value_info(n, elem_type_of(x.dtype), x.shape)
+                for n, x in zip(names, inputs) if x is not None]
+    g_outputs = [helper.make_empty_tensor_value_info(o) for o in outs]
+    graph = helper.make_graph([node], "t", g_inputs, g_outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid(domain, opset)])
+    model.ir_version = onnx.IR_VERSION
+    ref = ReferenceEvaluator(model)
+    return ref.run(None, {n: x for n, x in zip(names, inputs) if x is not None})
+
+
+def check(op_type, inputs, attrs=None, opset=21, n_outputs=1, rtol=1e-5, atol=1e-6):
+    """Assert our kernel matches the reference evaluator in dtype, shape and values."""
+    ours = run_ours(op_type, inputs, attrs, opset, n_outputs)
+    ref = run_reference(op_type, inputs, attrs, opset, n_outputs)
+    assert len(ours) == len(ref)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != reference {b.dtype}"
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} != reference {b.shape}"
+        np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
+    return ours
