@@ -7,8 +7,9 @@ re-entrant (every call gets its own frame) so many threads may run one plan at o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from .errors import InvalidGraph, KernelError, OrtError, RunTerminated
 from .memory.device import HOST, Device

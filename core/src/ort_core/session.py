@@ -8,17 +8,20 @@ plugin plumbing live in their own packages.
 from __future__ import annotations
 
 import warnings
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from .errors import InvalidArgument, InvalidGraph, OrtError, OrtWarning, PluginError
 from .io_types import ModelMetadata, NodeArg, check_feed
 from .ir import Model, load_model
 from .memory.device import HOST
+from .optimizer import optimize
 from .options import RunOptions, SessionOptions
 from .partition import partition
+from .partition.partitioner import topological_order
 from .plan import PlanBuilder
 from .plugins.manager import CPU, get_registry
-from .plugins.types import constant_initializers
+from .plugins.types import FusedSubgraph, constant_initializers
 
 
 class InferenceSession:
@@ -38,6 +41,9 @@ class InferenceSession:
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         registry = get_registry()
         self._providers, self._provider_options = _resolve_providers(registry, providers, provider_options)
+        topological_order(self._model.graph)  # refuses cycles before any pass walks the graph
+        self._optimizer_stats = optimize(self._model, int(self._sess_options.graph_optimization_level),
+                                         _cpu_evaluator(registry, self._model))
         self._build_with_fallback(registry)
 
     # ------------------------------------------------------------------ build
@@ -188,6 +194,22 @@ class InferenceSession:
     @property
     def model_path(self) -> str | None:
         return self._model_path
+
+
+def _cpu_evaluator(registry, model: Model):
+    """evaluate(node, inputs) -> outputs through the CPU provider's compile hook (for folding)."""
+
+    def evaluate(node, inputs):
+        names = list(dict.fromkeys(i for i in node.inputs if i))
+        values = {n: v for n, v in zip(node.inputs, inputs) if n}
+        outputs = [o for o in node.outputs if o]
+        sub = FusedSubgraph(node.name or node.op_type, [node], names, outputs, {}, model.opset_imports,
+                            model.graph)
+        results = registry.compile(CPU, sub, {})(*[values[n] for n in names])
+        by_name = dict(zip(outputs, results))
+        return [by_name.get(o) for o in node.outputs]
+
+    return evaluate
 
 
 def _describe(sub) -> str:

@@ -29,7 +29,7 @@ def load_model(source: Any, base_dir: str | None = None, infer_shapes: bool = Tr
     if _has_external_data(proto):
         try:
             onnx.external_data_helper.load_external_data_for_model(proto, base)
-        except (OSError, ValueError) as e:
+        except Exception as e:  # noqa: BLE001 - onnx raises its own ValidationError here
             raise InvalidGraph(f"{label}: cannot load external data relative to '{base}': {e}") from e
     if infer_shapes:
         try:
@@ -92,6 +92,10 @@ def _model_from_proto(proto: onnx.ModelProto, label: str) -> Model:
     if proto.ir_version < 3 and "" not in opsets:
         opsets[""] = 1  # IR v1/v2 models carry no opset_import: they mean opset 1
     graph = graph_from_proto(proto.graph, None, label)
+    if proto.ir_version < 4:
+        # IR < 4 had to list every initializer as a graph input; they are constants, not
+        # overridable inputs (as in onnxruntime). save.py lists them again for such models.
+        graph.inputs = [v for v in graph.inputs if v.name not in graph.initializers]
     return Model(
         graph=graph,
         opset_imports=opsets,

@@ -19,6 +19,10 @@ from .types import ValueType
 
 def model_to_proto(model: Model) -> onnx.ModelProto:
     graph = graph_to_proto(model.graph)
+    if 0 < model.ir_version < 4:  # IR < 4 requires initializers to be listed as inputs too
+        listed = {v.name for v in graph.input}
+        graph.input.extend(helper.make_tensor_value_info(t.name, t.data_type, t.dims)
+                           for t in graph.initializer if t.name not in listed)
     opsets = [helper.make_opsetid(d, v) for d, v in sorted(model.opset_imports.items())]
     proto = helper.make_model(graph, opset_imports=opsets, producer_name=model.producer_name,
                               producer_version=model.producer_version, domain=model.domain,

@@ -4,7 +4,7 @@ Only the types and the host implementations live here; device-specific allocator
 providers through the ``ort_allocator`` hook.
 """
 
-from .device import Device, HOST
+from .device import HOST, Device
 from .host import HostAllocator, HostDataTransfer
 from .protocols import Allocator, DataTransfer
 

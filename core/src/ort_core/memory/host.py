@@ -24,7 +24,8 @@ class HostAllocator:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
         raw = np.empty(nbytes + self.alignment, dtype=np.uint8)
         offset = (-raw.ctypes.data) % self.alignment
-        return raw[offset:offset + nbytes]
+        # slice a non-empty window first: numpy points a directly-empty slice at the base
+        return raw[offset:offset + max(nbytes, 1)][:nbytes]
 
     def free(self, buffer: Any) -> None:
         """Host buffers are owned by numpy; dropping the reference frees them."""

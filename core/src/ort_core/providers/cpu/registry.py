@@ -7,8 +7,9 @@ The registry only stores and looks up; it runs nothing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ...ir.graph import Node
 

@@ -1,0 +1,25 @@
+"""Graph optimizer: provider-independent passes run before partitioning, chosen by level.
+
+Each pass family lives in its own module and rewrites the IR in place. Passes that need to
+compute values (constant folding) receive an ``evaluate`` callback from the session, so the
+optimizer never reaches into providers itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from ..ir.graph import Model
+from .constant_folding import fold_constants
+from .dead_code import eliminate_dead_code
+
+BASIC = 1
+
+
+def optimize(model: Model, level: int, evaluate: Callable) -> dict[str, int]:
+    """Run the passes enabled at ``level`` (a GraphOptimizationLevel); returns counts per pass."""
+    stats: dict[str, int] = {}
+    if level >= BASIC:
+        stats["constant_folding"] = fold_constants(model, evaluate)
+        stats["dead_code"] = eliminate_dead_code(model.graph)
+    return stats

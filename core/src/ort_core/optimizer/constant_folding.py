@@ -1,0 +1,44 @@
+"""Constant folding: nodes whose inputs are all constants are computed once, at session creation.
+
+Results replace the nodes as initializers. Random ops, nodes with subgraphs and nodes outside
+the default domain are never folded. How a node is computed is the caller's ``evaluate``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..ir.graph import Model, Node
+
+NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
+              "Bernoulli", "If", "Loop", "Scan"}
+
+
+def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
+    """Fold in place; ``evaluate(node, inputs)`` returns the node's outputs. Returns nodes folded."""
+    graph = model.graph
+    feedable = {v.name for v in graph.inputs}
+    constants = {k for k in graph.initializers if k not in feedable}
+    folded_ids: set[int] = set()
+    for node in graph.topological_order():
+        if _foldable(node, constants) and not (set(node.outputs) & feedable):
+            inputs = [graph.initializers[i] if i else None for i in node.inputs]
+            try:
+                outputs = evaluate(node, inputs)
+            except Exception:  # noqa: BLE001 - leave the node for run time, where errors name it
+                continue
+            for name, value in zip(node.outputs, outputs):
+                if name and value is not None:
+                    graph.initializers[name] = np.asarray(value)
+                    constants.add(name)
+            folded_ids.add(id(node))
+    graph.nodes = [n for n in graph.nodes if id(n) not in folded_ids]
+    return len(folded_ids)
+
+
+def _foldable(node: Node, constants: set[str]) -> bool:
+    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD or node.subgraphs():
+        return False
+    return all(i in constants for i in node.inputs if i)

@@ -1,0 +1,46 @@
+"""Shared fixtures: paths to the onnx wheel's test data, small model builders, registry reset."""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+
+
+def make_model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8, extra_opsets=()):
+    graph = helper.make_graph(nodes, "test_graph", inputs, outputs, initializer=list(initializers))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])
+    model.ir_version = ir_version
+    return model
+
+
+@pytest.fixture
+def relu_add_model():
+    """y = Relu(x) + b with x: float[N, 4] and a constant b."""
+    b = onnx.numpy_helper.from_array(np.array([1, -2, 3, -4], np.float32), "b")
+    return make_model(
+        [helper.make_node("Relu", ["x"], ["r"], name="relu"),
+         helper.make_node("Add", ["r", "b"], ["y"], name="add")],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])], [b])
+
+
+@pytest.fixture
+def fresh_registry():
+    """Rescan plugins on demand; afterwards restore sys.path and rescan what is really installed."""
+    import sys
+    import warnings
+
+    from ort_core.plugins.manager import get_registry
+
+    saved_path = list(sys.path)
+    yield lambda: get_registry(reload=True)
+    sys.path[:] = saved_path
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        get_registry(reload=True)

@@ -1,0 +1,121 @@
+"""The drop-in session API: NodeArg, metadata, providers, options, output selection."""
+
+from __future__ import annotations
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ort_core as ort
+
+from .conftest import make_model
+
+
+def test_node_args_and_run(relu_add_model):
+    sess = ort.InferenceSession(relu_add_model.SerializeToString())
+    (inp,) = sess.get_inputs()
+    (out,) = sess.get_outputs()
+    assert (inp.name, inp.type, inp.shape) == ("x", "tensor(float)", ["N", 4])
+    assert (out.name, out.type, out.shape) == ("y", "tensor(float)", ["N", 4])
+    x = np.array([[-1, 2, -3, 4], [5, -6, 7, -8]], np.float32)
+    (y,) = sess.run(None, {"x": x})
+    np.testing.assert_array_equal(y, np.maximum(x, 0) + np.array([1, -2, 3, -4], np.float32))
+    assert y.dtype == np.float32
+    (y2,) = sess.run(["y"], {"x": x})
+    np.testing.assert_array_equal(y, y2)
+
+
+def test_model_sources_path_bytes_proto(relu_add_model, tmp_path):
+    path = tmp_path / "m.onnx"
+    onnx.save(relu_add_model, str(path))
+    x = np.ones((1, 4), np.float32)
+    results = [ort.InferenceSession(src).run(None, {"x": x})[0]
+               for src in (str(path), path, path.read_bytes(), relu_add_model)]
+    for r in results[1:]:
+        np.testing.assert_array_equal(r, results[0])
+
+
+def test_metadata(relu_add_model):
+    relu_add_model.producer_name = "unit-test"
+    relu_add_model.model_version = 7
+    relu_add_model.doc_string = "a model"
+    relu_add_model.metadata_props.add(key="author", value="me")
+    meta = ort.InferenceSession(relu_add_model).get_modelmeta()
+    assert meta.producer_name == "unit-test"
+    assert meta.version == 7
+    assert meta.description == "a model"
+    assert meta.graph_name == "test_graph"
+    assert meta.custom_metadata_map == {"author": "me"}
+
+
+def test_provider_queries():
+    assert ort.get_available_providers()[-1] == "CPUExecutionProvider"
+    allp = ort.get_all_providers()
+    assert "CUDAExecutionProvider" in allp and allp[-1] == "CPUExecutionProvider"
+    assert ort.get_device() == "CPU"
+
+
+def test_default_and_explicit_providers(relu_add_model):
+    assert ort.InferenceSession(relu_add_model).get_providers() == ["CPUExecutionProvider"]
+    s = ort.InferenceSession(relu_add_model, providers=[("CPUExecutionProvider", {"foo": 1})])
+    assert s.get_provider_options() == {"CPUExecutionProvider": {"foo": 1}}
+
+
+def test_unknown_provider_warns_and_falls_back(relu_add_model):
+    with pytest.warns(ort.OrtWarning, match="'NoSuchExecutionProvider' is not installed"):
+        s = ort.InferenceSession(relu_add_model, providers=["NoSuchExecutionProvider", "CPUExecutionProvider"])
+    assert s.get_providers() == ["CPUExecutionProvider"]
+    (y,) = s.run(None, {"x": np.zeros((1, 4), np.float32)})
+    np.testing.assert_array_equal(y, [[1, -2, 3, -4]])
+
+
+def test_provider_options_length_mismatch(relu_add_model):
+    with pytest.raises(ort.InvalidArgument, match="provider_options has 2 entries"):
+        ort.InferenceSession(relu_add_model, providers=["CPUExecutionProvider"], provider_options=[{}, {}])
+
+
+def test_overridable_initializer():
+    w = onnx.numpy_helper.from_array(np.array([2.0], np.float32), "w")
+    model = make_model([helper.make_node("Mul", ["x", "w"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                        helper.make_tensor_value_info("w", TensorProto.FLOAT, [1])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [w])
+    sess = ort.InferenceSession(model)
+    assert [a.name for a in sess.get_inputs()] == ["x"]
+    assert [a.name for a in sess.get_overridable_initializers()] == ["w"]
+    x = np.array([1, 2, 3], np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x * 2)
+    np.testing.assert_array_equal(sess.run(None, {"x": x, "w": np.array([5], np.float32)})[0], x * 5)
+
+
+def test_graph_output_that_is_an_input():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2]),
+                        helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])])
+    y, x = ort.InferenceSession(model).run(None, {"x": np.array([-1, 1], np.float32)})
+    np.testing.assert_array_equal(y, [0, 1])
+    np.testing.assert_array_equal(x, [-1, 1])
+
+
+def test_options_objects():
+    so = ort.SessionOptions()
+    assert so.graph_optimization_level == ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    so.intra_op_num_threads = 2
+    so.add_session_config_entry("session.x", "1")
+    assert so.get_session_config_entry("session.x") == "1"
+    ro = ort.RunOptions()
+    ro.add_run_config_entry("k", "v")
+    assert ro.get_run_config_entry("k") == "v" and ro.terminate is False
+
+
+def test_run_options_terminate(relu_add_model):
+    sess = ort.InferenceSession(relu_add_model)
+    ro = ort.RunOptions()
+    ro.terminate = True
+    with pytest.raises(ort.RunTerminated):
+        sess.run(None, {"x": np.zeros((1, 4), np.float32)}, ro)
+    ro.terminate = False
+    assert sess.run(None, {"x": np.zeros((1, 4), np.float32)}, ro)[0].shape == (1, 4)
