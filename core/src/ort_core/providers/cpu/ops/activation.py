@@ -11,6 +11,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
+from .elementwise import erf
 
 
 def _unary(fn):
@@ -252,104 +253,8 @@ def mish_factory(node, opset):
 
 
 # ---------------------------------------------------------------------------------------------
-# Gelu (needs erf, which numpy lacks: the classic fdlibm rational approximations, vectorized)
+# Gelu (erf comes from the elementwise family, which owns the CPU provider's erf)
 # ---------------------------------------------------------------------------------------------
-
-# Coefficients of Sun's fdlibm s_erf.c (Copyright 1993 Sun Microsystems, Inc.; permission to use,
-# copy, modify and distribute this software is freely granted, provided this notice is kept).
-_ERX = 8.45062911510467529297e-01
-_PP = (1.28379167095512558561e-01, -3.25042107247001499370e-01, -2.84817495755985104766e-02,
-       -5.77027029648944159157e-03, -2.37630166566501626084e-05)
-_QQ = (1.0, 3.97917223959155352819e-01, 6.50222499887672944485e-02, 5.08130628187576562776e-03,
-       1.32494738004321644526e-04, -3.96022827877536812320e-06)
-_PA = (-2.36211856075265944077e-03, 4.14856118683748331666e-01, -3.72207876035701323847e-01,
-       3.18346619901161753674e-01, -1.10894694282396677476e-01, 3.54783043256182359371e-02,
-       -2.16637559486879084300e-03)
-_QA = (1.0, 1.06420880400844228286e-01, 5.40397917702171048937e-01, 7.18286544141962662868e-02,
-       1.26171219808761642112e-01, 1.36370839120290507362e-02, 1.19844998467991074170e-02)
-_RA = (-9.86494403484714822705e-03, -6.93858572707181764372e-01, -1.05586262253232909814e+01,
-       -6.23753324503260060396e+01, -1.62396669462573470355e+02, -1.84605092906711035994e+02,
-       -8.12874355063065934246e+01, -9.81432934416914548592e+00)
-_SA = (1.0, 1.96512716674392571292e+01, 1.37657754143519042600e+02, 4.34565877475229228821e+02,
-       6.45387271733267880336e+02, 4.29008140027567833386e+02, 1.08635005541779435134e+02,
-       6.57024977031928170135e+00, -6.04244152148580987438e-02)
-_RB = (-9.86494292470009928597e-03, -7.99283237680523006574e-01, -1.77579549177547519889e+01,
-       -1.60636384855821916062e+02, -6.37566443368389627722e+02, -1.02509513161107724954e+03,
-       -4.83519191608651397019e+02)
-_SB = (1.0, 3.03380607434824582924e+01, 3.25792512996573918826e+02, 1.53672958608443695994e+03,
-       3.19985821950859553908e+03, 2.55305040643316442583e+03, 4.74528541206955367215e+02,
-       -2.24409524465858183362e+01)
-
-
-def _poly(z, coefs):
-    """coefs[0] + coefs[1] z + coefs[2] z^2 + ... (Horner)."""
-    r = np.full_like(z, coefs[-1])
-    for c in coefs[-2::-1]:
-        r *= z
-        r += c
-    return r
-
-
-def erfc_abs(a: np.ndarray) -> np.ndarray:
-    """erfc(a) for a >= 0 (float64, full double precision); 1 - erfc_abs(|x|) is erf(|x|)."""
-    out = np.empty_like(a)
-    m1 = a < 0.84375
-    m2 = (a >= 0.84375) & (a < 1.25)
-    m3 = (a >= 1.25) & (a < 1 / 0.35)
-    m4 = (a >= 1 / 0.35) & (a < 28.0)
-    if m1.any():
-        s = a[m1]
-        z = s * s
-        out[m1] = 1.0 - (s + s * (_poly(z, _PP) / _poly(z, _QQ)))
-    if m2.any():
-        s = a[m2] - 1.0
-        out[m2] = (1.0 - _ERX) - _poly(s, _PA) / _poly(s, _QA)
-    for m, r, q in ((m3, _RA, _SA), (m4, _RB, _SB)):
-        if m.any():
-            s = a[m]
-            z = 1.0 / (s * s)
-            out[m] = np.exp(-s * s - 0.5625 + _poly(z, r) / _poly(z, q)) / s
-    out[a >= 28.0] = 0.0
-    out[np.isnan(a)] = np.nan
-    return out
-
-
-# erfc(z) ~= t exp(-z^2 + P(t)), t = 1 / (1 + z/2): the Chebyshev fit of Numerical Recipes
-# ("erfcc"), fractional error < 1.2e-7 for all z >= 0; in float32 it stays ~1e-6 relative where
-# erfc is not tiny. Used for float32/float16 Gelu, where fdlibm's piecewise masks cost ~10x more.
-_ERFC_FAST = (-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806, 0.27886807,
-              -1.13520398, 1.48851587, -0.82215223, 0.17087277)
-
-
-def _erfc_abs_fast(a: np.ndarray) -> np.ndarray:
-    """erfc(a) for a >= 0 (a fresh array of a's dtype; a itself is reused as scratch)."""
-    t = a.dtype.type
-    u = np.multiply(a, t(0.5))
-    u += t(1)
-    np.reciprocal(u, out=u)
-    p = np.multiply(u, t(_ERFC_FAST[-1]))
-    for c in _ERFC_FAST[-2:0:-1]:
-        p += t(c)
-        p *= u
-    p += t(_ERFC_FAST[0])
-    np.square(a, out=a)
-    p -= a
-    np.exp(p, out=p)
-    p *= u
-    return p
-
-
-def erf(x: np.ndarray) -> np.ndarray:
-    """Vectorized erf in float64 (small |x| directly, to keep relative precision)."""
-    x = np.asarray(x, dtype=np.float64)
-    a = np.abs(x)
-    y = 1.0 - erfc_abs(a)
-    small = a < 0.84375
-    if small.any():
-        s = a[small]
-        z = s * s
-        y[small] = s + s * (_poly(z, _PP) / _poly(z, _QQ))
-    return np.copysign(y, x)
 
 
 @register("Gelu", since=20, until=None)
@@ -362,21 +267,14 @@ def gelu_factory(node, opset):
                           f"(expected 'none' or 'tanh')")
 
     def gelu_erf(x):
-        # 0.5 x (1 + erf(x / sqrt2)) = 0.5 x erfc(-x / sqrt2), relatively accurate for both signs
-        if x.dtype == np.float64:
-            e = erfc_abs(np.abs(x) * (1.0 / math.sqrt(2.0)))
-        else:
-            a = np.abs(x, dtype=np.float32)
-            a *= np.float32(1.0 / math.sqrt(2.0))
-            e = _erfc_abs_fast(a)
-        # erfc(-z) = 2 - erfc(z) for z > 0: e += (x > 0) * (2 - 2e)
-        fix = np.subtract(e.dtype.type(1), e)
-        fix *= np.greater(x, 0)
-        fix *= e.dtype.type(2)
-        e += fix
-        e *= x
-        e *= e.dtype.type(0.5)
-        return e.astype(x.dtype, copy=False)
+        # 0.5 x (1 + erf(x / sqrt2)); erf computed in float32/float64 as the input asks
+        t = x.dtype.type
+        y = np.multiply(x, t(1.0 / math.sqrt(2.0)))
+        y = erf(y)
+        y += t(1)
+        y *= x
+        y *= t(0.5)
+        return y.astype(x.dtype, copy=False)
 
     def gelu_tanh(x):
         t = x.dtype.type
