@@ -60,9 +60,9 @@ def test_plugin_hooks_are_called_and_routed(recorder):
     assert ("ort_get_capability", RECORDER) in hooks
     assert hooks.count(("ort_compile", RECORDER)) == 1  # Relu+Add fused into one subgraph
     assert all(p == RECORDER for _, p in hooks)  # CPU-provider calls never reach this plugin
-    subgraphs = sess._partition.subgraphs
-    assert [(p, [n.op_type for n in sg.nodes]) for p, sg in subgraphs] == [
-        (RECORDER, ["Relu", "Add"]), ("CPUExecutionProvider", ["Mul"])]
+    info = sess.get_provider_graph_assignment_info()
+    assert [(a.provider, a.op_types, a.node_names) for a in info] == [
+        (RECORDER, ("Relu", "Add"), ("relu", "add")), ("CPUExecutionProvider", ("Mul",), ("mul",))]
 
 
 def test_plugin_memory_hooks(recorder):

@@ -51,6 +51,17 @@ class ModelMetadata:
                              m.model_version, dict(m.metadata_props))
 
 
+@dataclass(frozen=True)
+class SubgraphAssignment:
+    """One compiled subgraph: the provider that runs it and its nodes (names and op types)."""
+
+    provider: str
+    subgraph: str
+    node_names: tuple[str, ...]
+    op_types: tuple[str, ...]
+    node_ids: tuple[int, ...] = field(repr=False, default=())
+
+
 def check_feed(arg: NodeArg, value: Any) -> Any:
     """Validate a fed value against its declared type; returns the array to use."""
     t = arg.value_type

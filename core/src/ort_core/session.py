@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import InvalidArgument, InvalidGraph, OrtError, OrtWarning, PluginError
-from .io_types import ModelMetadata, NodeArg, check_feed
+from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .ir import Model, load_model
 from .memory.device import HOST
 from .optimizer import optimize
@@ -175,6 +175,12 @@ class InferenceSession:
 
     def get_provider_options(self) -> dict[str, dict]:
         return {p: dict(self._provider_options.get(p, {})) for p in self._providers}
+
+    def get_provider_graph_assignment_info(self) -> list[SubgraphAssignment]:
+        """Which provider runs which nodes: one entry per compiled subgraph, in execution order."""
+        return [SubgraphAssignment(p, sg.name, tuple(n.name for n in sg.nodes), tuple(n.op_type for n in sg.nodes),
+                                   tuple(n.id for n in sg.nodes))
+                for p, sg in self._partition.subgraphs]
 
     def get_session_options(self) -> SessionOptions:
         return self._sess_options

@@ -27,6 +27,9 @@ class HostAllocator:
         # slice a non-empty window first: numpy points a directly-empty slice at the base
         return raw[offset:offset + max(nbytes, 1)][:nbytes]
 
+    def address(self, buffer: np.ndarray) -> int:
+        return int(buffer.ctypes.data)
+
     def free(self, buffer: Any) -> None:
         """Host buffers are owned by numpy; dropping the reference frees them."""
 

@@ -18,15 +18,18 @@ class Allocator(Protocol):
     """Hands out device buffers.
 
     ``device``: the Device it allocates on. ``alignment``: the byte alignment every buffer
-    it returns honours. ``allocate(nbytes)`` returns an opaque buffer object for that
-    device (for the host: a writable uint8 numpy array of exactly ``nbytes``); ``free``
-    gives it back (a no-op where the garbage collector owns memory).
+    it returns honours, zero-size requests included. ``allocate(nbytes)`` returns an opaque
+    buffer object for that device (for the host: a writable uint8 numpy array of exactly
+    ``nbytes``); ``address(buffer)`` its start address on the device (used to check
+    alignment); ``free`` gives it back (a no-op where the garbage collector owns memory).
     """
 
     device: Device
     alignment: int
 
     def allocate(self, nbytes: int) -> Any: ...
+
+    def address(self, buffer: Any) -> int: ...
 
     def free(self, buffer: Any) -> None: ...
 
