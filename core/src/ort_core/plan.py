@@ -11,6 +11,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from .errors import InvalidGraph, KernelError, OrtError, RunTerminated
 from .memory.device import HOST, Device
 
@@ -110,3 +112,40 @@ class PlanBuilder:
         self.plan.steps = [Step(st.kernel, st.ins, st.outs, tuple(releases.get(k, ())), st.label)
                            for k, st in enumerate(self.plan.steps)]
         return self.plan
+
+
+def checked_kernel(kernel, outputs: list[str], graph, label: str):
+    """Wrap a kernel so each call checks its outputs against the graph's static types."""
+    from .ir.types import np_dtype
+
+    expected = []
+    for name in outputs:
+        t = graph.type_of(name)
+        if t is None or t.kind != "tensor" or not t.elem_type:
+            expected.append((name, None, None, None))
+            continue
+        try:
+            dtype = np_dtype(t.elem_type)
+        except (KeyError, TypeError, ValueError):
+            dtype = None
+        expected.append((name, dtype, t.shape, t.text))
+
+    def run(*xs):
+        results = kernel(*xs)
+        if len(results) < len(outputs):
+            raise KernelError(f"{label}: returned {len(results)} output(s), expected {len(outputs)} {outputs}")
+        for (name, dtype, shape, text), value in zip(expected, results):
+            got_dtype = getattr(value, "dtype", None)
+            if dtype is not None and got_dtype is not None and np.dtype(got_dtype) != dtype:
+                if not (dtype.kind == "O" and np.dtype(got_dtype).kind in "OUS"):
+                    raise KernelError(f"{label}: output '{name}' has dtype {got_dtype}, declared {text}")
+            got_shape = getattr(value, "shape", None)
+            if shape is not None and got_shape is not None:
+                got_shape = tuple(got_shape)
+                if len(got_shape) != len(shape) or any(
+                        isinstance(d, int) and d != g for d, g in zip(shape, got_shape)):
+                    raise KernelError(f"{label}: output '{name}' has shape {list(got_shape)}, "
+                                      f"declared {list(shape)}")
+        return results
+
+    return run

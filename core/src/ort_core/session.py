@@ -19,9 +19,14 @@ from .optimizer import optimize
 from .options import RunOptions, SessionOptions
 from .partition import partition
 from .partition.partitioner import topological_order
-from .plan import PlanBuilder
+from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, get_registry
 from .plugins.types import FusedSubgraph, constant_initializers
+
+CHECK_OUTPUTS_KEY = "ort_core.check_kernel_outputs"
+"""Session config entry: "1" makes every kernel's outputs be checked against the model's static
+types (dtype, fixed dims, count); a mismatch raises KernelError naming the provider and node.
+Costs a little per step; meant for certification and debugging."""
 
 
 class InferenceSession:
@@ -76,6 +81,7 @@ class InferenceSession:
         for v in graph.inputs:
             b.define(v.name, HOST, inits.get(v.name))
         transfers = {}
+        check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
         for provider, sub in part.subgraphs:
             info = registry.providers[provider].info
             device = info.device
@@ -91,7 +97,10 @@ class InferenceSession:
                 raise type(e)(f"{_describe(sub)} on {provider}: {e}") from e
             ins = [b.read(n, device, transfers.get(provider), _describe(sub)) for n in sub.inputs]
             outs = [b.define(n, device) for n in sub.outputs]
-            b.add(kernel, ins, outs, f"{_describe(sub)} on {provider}")
+            label = f"{_describe(sub)} on {provider}"
+            if check_outputs:
+                kernel = checked_kernel(kernel, sub.outputs, graph, label)
+            b.add(kernel, ins, outs, label)
         self._output_slots = {}
         for v in graph.outputs:
             if v.name not in b.location:
