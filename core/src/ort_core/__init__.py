@@ -9,6 +9,7 @@ Drop-in for the commonly used part of onnxruntime's Python API::
 
 from __future__ import annotations
 
+from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
 from .errors import (
     Fail,
     InvalidArgument,
@@ -71,9 +72,9 @@ def get_version_string() -> str:
 
 
 __all__ = [
-    "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InferenceSession",
-    "InvalidArgument", "InvalidGraph", "InvalidProtobuf", "KernelError", "ModelMetadata",
-    "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtWarning", "PluginError",
-    "RunOptions", "RunTerminated", "SessionOptions", "get_all_providers", "get_available_providers",
-    "get_device", "get_version_string",
+    "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "Fail",
+    "GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
+    "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtWarning",
+    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "custom_op", "get_all_providers",
+    "get_available_providers", "get_device", "get_version_string", "register_custom_op", "unregister_custom_op",
 ]

@@ -7,9 +7,12 @@ on yet are listed in ``NOT_YET_APPLIED`` and warned about when set to a non-defa
 from __future__ import annotations
 
 import enum
+import os
 import warnings
+from typing import Any
 
-from .errors import NotImplementedOp, OrtWarning
+from .customops.registry import CustomOpRegistry
+from .errors import OrtWarning
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -59,6 +62,7 @@ class SessionOptions:
         self.optimized_model_filepath = ""
         self._config: dict[str, str] = {}
         self._free_dims_by_name: dict[str, int] = {}
+        self._custom_ops = CustomOpRegistry()
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -71,9 +75,22 @@ class SessionOptions:
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
         self._free_dims_by_name[dim_name] = int(dim_value)
 
-    def register_custom_ops_library(self, library_path: str) -> None:
-        raise NotImplementedOp(
-            f"cannot load custom-op library '{library_path}': custom-op libraries are not supported yet")
+    def register_custom_op(self, *ops: Any) -> None:
+        """Register custom ops (``ort_core.custom_op`` / ``ort_core.CustomOp``) for sessions using these
+        options; they win over ops registered globally with ``ort_core.register_custom_op``."""
+        self._custom_ops.register(*ops)
+
+    def register_custom_ops_library(self, library_path: str | os.PathLike) -> None:
+        """Load a C custom-op library built against ort-core's ``ort_core_custom_op.h`` and register its
+        ops for sessions using these options (onnxruntime's name; its own C API is not supported)."""
+        from .customops.c_library import load_custom_ops_library
+
+        self._custom_ops.register(*load_custom_ops_library(library_path))
+
+    @property
+    def custom_ops(self) -> CustomOpRegistry:
+        """The custom ops registered on these options."""
+        return self._custom_ops
 
     def warn_unapplied(self) -> None:
         for attr, default in NOT_YET_APPLIED.items():

@@ -42,6 +42,11 @@ class ExecutionPlan:
         return self.slots[key]
 
     def run(self, feeds: dict[int, Any], want: list[int], run_options=None) -> list[Any]:
+        # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings
+        with np.errstate(all="ignore"):
+            return self._run(feeds, want, run_options)
+
+    def _run(self, feeds: dict[int, Any], want: list[int], run_options) -> list[Any]:
         frame = self.template.copy()
         for s, v in feeds.items():
             frame[s] = v
@@ -51,8 +56,11 @@ class ExecutionPlan:
             try:
                 results = step.kernel(*[frame[i] for i in step.ins])
             except OrtError as e:
+                node, _, provider = step.label.rpartition(" on ")
                 if step.label in str(e):
                     raise
+                if node and node in str(e):  # the kernel named its node already: add the provider
+                    raise type(e)(f"{e} (on {provider})") from e
                 raise type(e)(f"{step.label}: {e}") from e
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
                 raise KernelError(f"{step.label} failed: {type(e).__name__}: {e}") from e

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from .customops import CustomOpRegistry, global_registry, infer_static_types
 from .errors import InvalidArgument, InvalidGraph, OrtError, OrtWarning, PluginError
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .ir import Model, load_model
@@ -49,6 +50,9 @@ class InferenceSession:
         topological_order(self._model.graph)  # refuses cycles before any pass walks the graph
         self._optimizer_stats = optimize(self._model, int(self._sess_options.graph_optimization_level),
                                          _cpu_evaluator(registry, self._model))
+        # session registrations first, then global ones; a snapshot taken now
+        self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
+        infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
         self._build_with_fallback(registry)
 
     # ------------------------------------------------------------------ build
@@ -67,7 +71,8 @@ class InferenceSession:
     def _build(self, registry) -> None:
         model, graph = self._model, self._model.graph
         self._check_opsets()
-        part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options)
+        part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
+                         self._custom_ops)
         self._partition = part
         if any(p != CPU for p in self._providers):
             warnings.warn("provider assignment: " + " | ".join(part.summary(graph, self._providers)),
@@ -80,13 +85,11 @@ class InferenceSession:
             b.define(name, HOST, value)
         for v in graph.inputs:
             b.define(v.name, HOST, inits.get(v.name))
-        transfers = {}
+        transfer = _transfers_between_devices(registry, part.subgraphs)
         check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
         for provider, sub in part.subgraphs:
             info = registry.providers[provider].info
             device = info.device
-            if not device.is_host and provider not in transfers:
-                transfers[provider] = registry.data_transfer(provider)
             try:
                 kernel = registry.compile(provider, sub, self._provider_options.get(provider, {}))
             except PluginError as e:
@@ -95,7 +98,7 @@ class InferenceSession:
                 raise
             except OrtError as e:
                 raise type(e)(f"{_describe(sub)} on {provider}: {e}") from e
-            ins = [b.read(n, device, transfers.get(provider), _describe(sub)) for n in sub.inputs]
+            ins = [b.read(n, device, transfer(b.location.get(n), device), _describe(sub)) for n in sub.inputs]
             outs = [b.define(n, device) for n in sub.outputs]
             label = f"{_describe(sub)} on {provider}"
             if check_outputs:
@@ -106,19 +109,13 @@ class InferenceSession:
             if v.name not in b.location:
                 raise InvalidGraph(f"{model.source}: graph output '{v.name}' is produced by no node, "
                                    "input or initializer")
-            src = b.location[v.name]
-            transfer = None
-            if not src.is_host:
-                owner = next(p for p, _ in part.subgraphs if registry.providers[p].info.device == src)
-                transfer = registry.data_transfer(owner)
-            slot = b.read(v.name, HOST, transfer, f"graph output '{v.name}'")
+            slot = b.read(v.name, HOST, transfer(b.location[v.name], HOST), f"graph output '{v.name}'")
             self._output_slots[v.name] = slot
             b.keep.add(slot)
         self._plan = b.finish()
         self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
         self._inputs = [NodeArg.from_value_info(v) for v in graph.inputs if v.name not in inits]
         self._overridable = [NodeArg.from_value_info(v) for v in graph.inputs if v.name in overridable]
-        self._outputs = [NodeArg.from_value_info(v) for v in graph.outputs]
         self._feedable = {a.name: a for a in self._inputs + self._overridable}
         self._required = [a.name for a in self._inputs]
         self._constants = constant_initializers(graph)
@@ -171,7 +168,8 @@ class InferenceSession:
         return list(self._inputs)
 
     def get_outputs(self) -> list[NodeArg]:
-        return list(self._outputs)
+        # read afresh: a custom op's first run may complete the output types
+        return [NodeArg.from_value_info(v) for v in self._model.graph.outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         return list(self._overridable)
@@ -225,6 +223,30 @@ def _cpu_evaluator(registry, model: Model):
         return [by_name.get(o) for o in node.outputs]
 
     return evaluate
+
+
+def _transfers_between_devices(registry, subgraphs):
+    """transfer(src, dst) -> the DataTransfer that copies between two devices, or None.
+
+    Asks the transfer of the provider owning ``dst``, then the one owning ``src``: a value a
+    device provider produced and the CPU provider reads can only be copied by the producer's.
+    """
+    owners = {}
+    for provider, _ in subgraphs:
+        device = registry.providers[provider].info.device
+        if not device.is_host and device not in owners:
+            owners[device] = registry.data_transfer(provider)
+
+    def transfer(src, dst):
+        if src is None or src == dst:
+            return None
+        for device in (dst, src):
+            t = owners.get(device)
+            if t is not None and t.can_copy(src, dst):
+                return t
+        return None
+
+    return transfer
 
 
 def _describe(sub) -> str:

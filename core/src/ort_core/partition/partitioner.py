@@ -40,8 +40,11 @@ class Partition:
 
 
 def partition(graph: Graph, opsets: dict[str, int], providers: list[str], registry,
-              options: dict[str, dict]) -> Partition:
-    """Assign nodes to ``providers`` (priority order) through the registry's hooks."""
+              options: dict[str, dict], custom_ops=None) -> Partition:
+    """Assign nodes to ``providers`` (priority order) through the registry's hooks.
+
+    ``custom_ops`` (a CustomOpRegistry) is shown to providers in the graph views and subgraphs.
+    """
     order = topological_order(graph)
     unassigned = [n.id for n in order]
     result = Partition([])
@@ -49,7 +52,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list[str], regist
     for p in providers:
         if not unassigned:
             break
-        view = GraphView(graph, opsets, tuple(unassigned))
+        view = GraphView(graph, opsets, tuple(unassigned), custom_ops)
         try:
             cap = registry.get_capability(p, view, options.get(p, {}))
         except PluginError as e:
@@ -62,8 +65,10 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list[str], regist
             result.assignment[nid] = p
         unassigned = [i for i in unassigned if i not in taken]
     if unassigned:
-        raise NotImplementedOp(_unassigned_message(graph, unassigned, result.declined))
+        raise NotImplementedOp(_unassigned_message(graph, unassigned, result.declined, opsets, custom_ops))
     result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse)
+    for _, sub in result.subgraphs:
+        sub.custom_ops = custom_ops
     return result
 
 
@@ -74,14 +79,23 @@ def topological_order(graph: Graph) -> list[Node]:
         raise InvalidGraph(str(e)) from None
 
 
-def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[int, str]]) -> str:
+def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[int, str]],
+                        opsets: dict[str, int], custom_ops) -> str:
     lines = []
     for nid in ids[:5]:
         node = graph.node_by_id(nid)
         reasons = "; ".join(f"{p}: {r[nid]}" for p, r in declined.items() if nid in r)
         lines.append(f"  {node.label}: {reasons or 'no provider was asked'}")
+        if node.domain not in ("", "ai.onnx"):
+            lines.append("    " + _custom_op_hint(node, opsets.get(node.domain, 0), custom_ops))
     more = f"\n  ... and {len(ids) - 5} more" if len(ids) > 5 else ""
-    return f"no requested provider can run {len(ids)} node(s):\n" + "\n".join(lines) + more
+    how = ""
+    if any(graph.node_by_id(i).domain not in ("", "ai.onnx") for i in ids):
+        how = ("\nTo register a custom op: in Python, declare it with @ort_core.custom_op(domain, op_type, inputs=..., "
+               "outputs=...) and register it with SessionOptions.register_custom_op(op) (one session) or "
+               "ort_core.register_custom_op(op) (every session); in C, build a library against "
+               "ort_core_custom_op.h and load it with SessionOptions.register_custom_ops_library(path).")
+    return f"no requested provider can run {len(ids)} node(s):\n" + "\n".join(lines) + more + how
 
 
 def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: dict[int, str],
@@ -116,3 +130,14 @@ def _subgraph(graph, opsets, name, nodes, consumers, graph_outputs, constants) -
         o in graph_outputs or any(c.id not in ids for c in consumers.get(o, ())))]
     return FusedSubgraph(name, list(nodes), inputs, outputs,
                          {i: constants[i] for i in inputs if i in constants}, dict(opsets), graph)
+
+
+def _custom_op_hint(node: Node, opset: int, custom_ops) -> str:
+    """Why a node outside the ONNX domain found no custom op: none registered, or not for its opset."""
+    name = f"{node.domain}::{node.op_type}"
+    versions = custom_ops.versions(node.domain, node.op_type) if custom_ops is not None else []
+    if versions:
+        ranges = ", ".join(op.opset_text() for op in versions)
+        return (f"custom op {name} is registered for opset(s) {ranges} of domain '{node.domain}', but the model "
+                f"imports version {opset or 1}")
+    return f"custom op {name} (domain '{node.domain}', op type '{node.op_type}') is not registered"

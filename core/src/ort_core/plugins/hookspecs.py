@@ -46,6 +46,8 @@ def ort_get_capability(provider, graph, options):
     ``graph`` is an ``ort_core.plugins.GraphView``: the model's graph (read-only), the opset
     imports, and ``graph.nodes()`` — the nodes still unassigned, in topological order.
     ``options`` is the provider-options dict the user passed for this provider.
+    Nodes outside the ONNX domain may be custom ops: ``graph.custom_op(node)`` returns the
+    registered ``ort_core.CustomOp`` (or None); a provider may claim them like any node.
 
     Returns an ``ort_core.plugins.Capability``: ``claimed`` (node ids it takes; only ids of
     offered nodes), ``declined`` (node id -> short reason for *every* offered node it does not
@@ -62,7 +64,8 @@ def ort_compile(provider, subgraph, options):
     ``subgraph`` is an ``ort_core.plugins.FusedSubgraph``: its nodes (IR), ``inputs`` (every
     value it reads from outside, constants included, in a fixed order), ``outputs`` (values
     read after it or returned by the model), ``constants`` (initializer values it may bake in)
-    and ``to_model_proto()`` for SDKs that ingest ONNX directly.
+    and ``to_model_proto()`` for SDKs that ingest ONNX directly. For a claimed custom-op node,
+    ``subgraph.custom_op(node)`` is its ``CustomOp``; ``op.bind(node, opset)`` gives its kernel.
 
     Returns a callable ``kernel(*inputs) -> sequence`` taking one value per ``subgraph.inputs``
     (numpy arrays on the host, or the provider's device values) and returning one value per

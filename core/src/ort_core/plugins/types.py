@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -16,6 +17,9 @@ from ..ir.graph import Graph, Node, ValueInfo
 from ..ir.save import node_to_proto, value_info_to_proto
 from ..ir.types import ValueType, elem_type_of
 from ..memory.device import HOST, Device
+
+if TYPE_CHECKING:
+    from ..customops import CustomOp, CustomOpRegistry
 
 
 @dataclass(frozen=True)
@@ -45,11 +49,16 @@ class Capability:
 
 @dataclass(frozen=True)
 class GraphView:
-    """What a provider sees when asked for its capability: the graph plus the nodes on offer."""
+    """What a provider sees when asked for its capability: the graph plus the nodes on offer.
+
+    ``custom_ops`` is the custom-op registry in force for the session (its own registrations,
+    then the global ones), or None; ``custom_op(node)`` finds a node's op in it.
+    """
 
     graph: Graph
     opsets: dict[str, int]
     offered: tuple[int, ...]
+    custom_ops: CustomOpRegistry | None = None
 
     def nodes(self) -> list[Node]:
         """Offered (still unassigned) nodes, in topological order."""
@@ -67,6 +76,19 @@ class GraphView:
         """The value of a constant initializer (not overridable by a feed), else None."""
         return constant_initializers(self.graph).get(name)
 
+    def custom_op(self, node: Node) -> CustomOp | None:
+        """The registered custom op (``ort_core.CustomOp``) for a node outside the ONNX domain, else None.
+
+        A provider may claim such a node and compile it its own way, or through ``op.bind(node, opset)``.
+        """
+        return _custom_op(self.custom_ops, self.opsets, node)
+
+
+def _custom_op(registry: Any, opsets: dict[str, int], node: Node):
+    if registry is None or node.domain in ("", "ai.onnx"):
+        return None
+    return registry.lookup(node.domain, node.op_type, opsets.get(node.domain, 0))
+
 
 def constant_initializers(graph: Graph) -> dict[str, np.ndarray]:
     """Initializers that a feed cannot override (those not also listed as graph inputs)."""
@@ -81,6 +103,7 @@ class FusedSubgraph:
     ``inputs`` lists every value read from outside (constants included) in first-use order;
     ``outputs`` the values read after it or returned by the model; ``constants`` the
     initializer values among the inputs, which a provider may bake into its kernel.
+    ``custom_ops`` is the session's custom-op registry (see GraphView).
     """
 
     name: str
@@ -92,6 +115,11 @@ class FusedSubgraph:
     graph: Graph
     _proto: onnx.ModelProto | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    custom_ops: CustomOpRegistry | None = field(default=None, repr=False)
+
+    def custom_op(self, node: Node) -> CustomOp | None:
+        """The registered custom op for ``node``, else None (see GraphView.custom_op)."""
+        return _custom_op(self.custom_ops, self.opsets, node)
 
     def to_model_proto(self) -> onnx.ModelProto:
         """The subgraph as a standalone ONNX model (constants as initializers), built once."""

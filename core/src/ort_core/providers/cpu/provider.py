@@ -1,7 +1,8 @@
 """The CPU provider's hook implementations: registration, capability, compile, memory.
 
-Claims every node that has a registered kernel for its op type and opset, compiles node by
-node (no fusion), and computes in host memory. Kernels themselves live in ``ops/``.
+Claims every node that has a registered kernel for its op type and opset (registered custom ops
+included, whose own kernels it runs), compiles node by node (no fusion), and computes in host
+memory. Kernels themselves live in ``ops/``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def ort_get_capability(provider, graph, options):
     claimed, declined = [], {}
     for node in graph.nodes():
         opset = graph.opset(node.domain)
-        if lookup(node.domain, node.op_type, opset) is not None:
+        if graph.custom_op(node) is not None or lookup(node.domain, node.op_type, opset) is not None:
             claimed.append(node.id)
         else:
             dom = f"{node.domain}::" if node.domain else ""
@@ -39,6 +40,9 @@ def ort_compile(provider, subgraph, options):
         raise KernelError(f"the CPU provider compiles single nodes, got {len(subgraph.nodes)}")
     node = subgraph.nodes[0]
     opset = subgraph.opsets.get("" if node.domain == "ai.onnx" else node.domain, 0)
+    custom = subgraph.custom_op(node)
+    if custom is not None:  # registered custom ops win over built-in kernels, as in onnxruntime
+        return _adapt(custom.bind(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
     kd = lookup(node.domain, node.op_type, opset)
     if kd is None:
         raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")

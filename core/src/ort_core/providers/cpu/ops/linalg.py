@@ -10,11 +10,13 @@ import numpy as np
 from ....errors import KernelError
 from ..registry import register
 
+_NARROW_FLOATS = {"float16", "bfloat16"}
+
 
 def _matmul(a, b):
-    """np.matmul, with float16 operands multiplied in float32 (numpy has no fp16 BLAS)."""
-    if a.dtype == np.float16 and b.dtype == np.float16:
-        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(np.float16)
+    """np.matmul; 16-bit floats are multiplied in float32 (no BLAS for them) and cast back."""
+    if a.dtype.name in _NARROW_FLOATS and b.dtype == a.dtype:
+        return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b)
 
 

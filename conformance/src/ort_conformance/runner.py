@@ -1,0 +1,100 @@
+"""Run one case on one provider and say what happened: pass, fail or error, and where.
+
+A case runs with ``providers=[NAME, "CPUExecutionProvider"]`` and kernel outputs checked against
+the model's static types; claim honesty is checked from the session's placement and warnings.
+No pytest here: the suite modules turn results into test outcomes.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+from dataclasses import dataclass, field
+
+import ort_core as ort
+from ort_core.session import CHECK_OUTPUTS_KEY
+
+from .cases import Case
+from .compare import mismatch
+
+CPU = "CPUExecutionProvider"
+
+
+@dataclass
+class CaseResult:
+    case: str
+    kind: str
+    ops: list[str]
+    status: str  # 'pass' | 'fail' | 'error'
+    phase: str = ""  # where it went wrong: 'capability', 'compile', 'session', 'run', 'compare'
+    message: str = ""
+    claimed: int = 0  # nodes placed on the provider under test
+    nodes: int = 0
+    claimed_ops: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "pass"
+
+
+def session_options(optimize: bool) -> ort.SessionOptions:
+    so = ort.SessionOptions()
+    so.add_session_config_entry(CHECK_OUTPUTS_KEY, "1")
+    if not optimize:
+        # node cases test the operator as written: no folding may hide it from the provider
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
+def providers_for(provider: str) -> list[str]:
+    return [CPU] if provider == CPU else [provider, CPU]
+
+
+def run_case(provider: str, case: Case, optimize: bool | None = None) -> CaseResult:
+    t0 = time.perf_counter()
+    res = CaseResult(case.name, case.kind, case.ops, "error")
+    res.nodes = len(case.model.graph.node)
+    try:
+        _run(provider, case, res, case.kind != "node" if optimize is None else optimize)
+    finally:
+        res.seconds = time.perf_counter() - t0
+    return res
+
+
+def _run(provider: str, case: Case, res: CaseResult, optimize: bool) -> None:
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            sess = ort.InferenceSession(case.model.SerializeToString(), session_options(optimize),
+                                        providers=providers_for(provider))
+        except Exception as e:  # noqa: BLE001 - every failure is a result, reported against the case
+            res.phase, res.message = "session", _one_line(e)
+            return
+    trouble = [str(w.message) for w in caught if f"'{provider}'" in str(w.message)
+               and ("skipped" in str(w.message) or "falling back" in str(w.message))]
+    if trouble:
+        res.phase = "compile" if "falling back" in trouble[0] else "capability"
+        res.message = trouble[0]
+        return
+    placed = [a for a in sess.get_provider_graph_assignment_info() if a.provider == provider]
+    res.claimed = sum(len(a.node_names) for a in placed)
+    res.claimed_ops = sorted({op for a in placed for op in a.op_types})
+    for k, (inputs, expected) in enumerate(case.data_sets):
+        try:
+            got = sess.run(None, case.feeds(inputs))
+        except Exception as e:  # noqa: BLE001
+            res.phase, res.message = "run", _one_line(e)
+            return
+        names = [o.name for o in sess.get_outputs()]
+        for name, e_val, g_val in zip(names, expected, got):
+            m = mismatch(e_val, g_val, case.rtol, case.atol, f"data set {k} output '{name}'")
+            if m:
+                res.status, res.phase, res.message = "fail", "compare", m
+                return
+    res.status = "pass"
+
+
+def _one_line(e: BaseException) -> str:
+    text = f"{type(e).__name__}: {e}".replace("\n", " | ")
+    return text if len(text) <= 400 else text[:397] + "..."

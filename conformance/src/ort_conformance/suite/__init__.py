@@ -1,0 +1,1 @@
+"""The conformance checks, as pytest modules: contract, operators (node cases), models."""

@@ -1,0 +1,172 @@
+"""What the example provider can run, and the kernel it compiles a fused subgraph into.
+
+``unsupported_reason`` is the single rule shared by capability and compile; ``compile_subgraph``
+turns a claimed subgraph into a stateless callable. Numpy does the arithmetic: a real vendor
+would hand the subgraph (or ``subgraph.to_model_proto()``) to its SDK here instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from ort_core.plugins import FusedSubgraph
+
+from .memory import ExampleTensor
+
+NEWEST_OPSET = 28
+"""The newest default-domain opset these ops were checked against (onnx 1.23). A later opset
+may change an operator's meaning, so nodes of newer models are declined rather than guessed at."""
+
+DTYPES = {TensorProto.FLOAT: "float32", TensorProto.DOUBLE: "float64"}
+
+
+def _relu(out: np.ndarray, x: np.ndarray) -> None:
+    np.maximum(x, x.dtype.type(0), out=out)
+
+
+def _sigmoid(out: np.ndarray, x: np.ndarray) -> None:
+    # 0.5 * tanh(x / 2) + 0.5 equals 1 / (1 + exp(-x)) but cannot overflow for large |x|
+    half = x.dtype.type(0.5)
+    np.multiply(x, half, out=out)
+    np.tanh(out, out=out)
+    out *= half
+    out += half
+
+
+def _ufunc(fn: np.ufunc) -> Callable[..., None]:
+    return lambda out, *xs: fn(*xs, out=out)
+
+
+@dataclass(frozen=True)
+class Op:
+    """One supported operator: how many inputs, the oldest opset with today's meaning, the math
+    (writes into ``out``) and the output shape for given input arrays."""
+
+    arity: int
+    since: int
+    compute: Callable[..., None]
+    shape: Callable[..., tuple[int, ...]]
+
+
+def _same_shape(x: np.ndarray) -> tuple[int, ...]:
+    return x.shape
+
+
+def _broadcast_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    return np.broadcast_shapes(a.shape, b.shape)
+
+
+def _matmul_shape(a: np.ndarray, b: np.ndarray) -> tuple[int, ...]:
+    """numpy.matmul's (and ONNX MatMul's) result shape; 1-D operands gain then lose an axis."""
+    if a.ndim == 0 or b.ndim == 0:
+        raise ValueError(f"MatMul needs inputs of rank >= 1, got shapes {a.shape} and {b.shape}")
+    a2 = a.shape if a.ndim > 1 else (1, *a.shape)
+    b2 = b.shape if b.ndim > 1 else (*b.shape, 1)
+    if a2[-1] != b2[-2]:
+        raise ValueError(f"MatMul inner dimensions differ: {a.shape} x {b.shape}")
+    rows = (a2[-2],) if a.ndim > 1 else ()
+    cols = (b2[-1],) if b.ndim > 1 else ()
+    return (*np.broadcast_shapes(a2[:-2], b2[:-2]), *rows, *cols)
+
+
+# Opsets before these changed meaning: binary ops before 7 broadcast through a ``broadcast``
+# attribute, unary ops before 6 carried ``consumed_inputs``. MatMul has meant numpy.matmul since 1.
+OPS: dict[str, Op] = {
+    **{name: Op(2, 7, _ufunc(fn), _broadcast_shape) for name, fn in
+       {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply, "Div": np.divide}.items()},
+    "Relu": Op(1, 6, _relu, _same_shape),
+    "Sigmoid": Op(1, 6, _sigmoid, _same_shape),
+    **{name: Op(1, 6, _ufunc(fn), _same_shape) for name, fn in
+       {"Tanh": np.tanh, "Exp": np.exp, "Neg": np.negative, "Abs": np.absolute}.items()},
+    "MatMul": Op(2, 1, _ufunc(np.matmul), _matmul_shape),
+}
+
+
+def unsupported_reason(node: Any, opset: int, type_of: Callable[[str], Any]) -> str | None:
+    """Why this provider cannot run ``node`` (a short phrase), or None when it can.
+
+    ``opset`` is the model's default-domain opset; ``type_of`` maps a value name to its static
+    ort_core ValueType (None when unknown).
+    """
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain '{node.domain}' is not supported"
+    op = OPS.get(node.op_type)
+    if op is None:
+        return f"{node.op_type} is not one of the example's ops ({', '.join(sorted(OPS))})"
+    if opset < op.since:
+        return f"{node.op_type} at opset {opset} has legacy semantics (supported from opset {op.since})"
+    if opset > NEWEST_OPSET:
+        return f"opset {opset} is newer than the {NEWEST_OPSET} this provider was checked against"
+    if node.attrs:
+        return f"attribute(s) {', '.join(sorted(node.attrs))} not supported"
+    if len(node.inputs) != op.arity or not all(node.inputs) or len(node.outputs) != 1:
+        return f"expected {op.arity} input(s) and 1 output"
+    elem_types = set()
+    for name in node.inputs:
+        t = type_of(name)
+        if t is None or t.kind != "tensor" or not t.elem_type:
+            return f"type of input '{name}' is unknown"
+        if t.elem_type not in DTYPES:
+            return f"input '{name}' is {t.text}; only tensor(float) and tensor(double) are supported"
+        elem_types.add(t.elem_type)
+    if len(elem_types) > 1:
+        return "inputs of different element types"
+    return None
+
+
+def compile_subgraph(subgraph: FusedSubgraph) -> Callable[..., list[ExampleTensor]]:
+    """A kernel taking one device tensor per ``subgraph.inputs`` and returning one new device
+    tensor per ``subgraph.outputs``. Raises ValueError for a node it cannot run."""
+    opset = subgraph.opsets.get("", 0)
+    steps = []
+    for node in subgraph.nodes:
+        why = unsupported_reason(node, opset, subgraph.graph.type_of)
+        if why is not None:
+            raise ValueError(f"{node.label}: {why}")
+        steps.append((OPS[node.op_type], tuple(node.inputs), node.outputs[0]))
+    inputs = tuple(subgraph.inputs)
+    outputs = tuple(subgraph.outputs)
+    on_device = frozenset(outputs)
+    # Resolved once here so a call is only a walk over ``steps``; nothing is stored between
+    # calls, which is what makes the kernel safe to share between threads.
+
+    def kernel(*xs: Any) -> list[ExampleTensor]:
+        if len(xs) != len(inputs):
+            raise ValueError(f"expected {len(inputs)} inputs {list(inputs)}, got {len(xs)}")
+        env = {name: _read_only(x) for name, x in zip(inputs, xs)}
+        results: dict[str, ExampleTensor] = {}
+        # inf/nan from Exp or Div are results, as on the CPU provider; not worth a warning
+        with np.errstate(all="ignore"):
+            for op, names, out_name in steps:
+                args = [env[n] for n in names]
+                if len({a.dtype for a in args}) > 1:
+                    raise TypeError(f"inputs {list(names)} have different dtypes "
+                                    f"{[str(a.dtype) for a in args]}")
+                shape = op.shape(*args)
+                if out_name in on_device:
+                    # results leaving the subgraph are written straight into device memory
+                    tensor = ExampleTensor.empty(shape, args[0].dtype)
+                    out = tensor.view(writable=True)
+                    results[out_name] = tensor
+                else:
+                    out = np.empty(shape, args[0].dtype)
+                op.compute(out, *args)
+                out.flags.writeable = False
+                env[out_name] = out
+        return [results[name] for name in outputs]
+
+    return kernel
+
+
+def _read_only(x: Any) -> np.ndarray:
+    """A read-only numpy view of a device tensor (or, when called directly, a host array)."""
+    if isinstance(x, ExampleTensor):
+        return x.view()
+    view = np.asarray(x).view()
+    view.flags.writeable = False
+    return view

@@ -1,0 +1,266 @@
+"""Device memory of the example provider: buffers from libc, reached through cffi in ABI mode.
+
+Shows the pattern every vendor plugin follows with its C runtime (declare with ``ffi.cdef``,
+``ffi.dlopen`` the library, own each pointer with ``ffi.gc``). The "device" is ordinary host
+RAM; nothing here is faster than numpy, and no arena or pooling is attempted.
+"""
+
+from __future__ import annotations
+
+import ctypes.util
+import os
+import sys
+import threading
+from typing import Any
+
+import cffi
+import numpy as np
+
+from ort_core.memory import Device
+
+DEVICE = Device("example", 0)
+ALIGNMENT = 64  # a cache line; also what ort-core's host allocator promises
+
+LIBRARY_ENV = "ORT_EP_EXAMPLE_LIBRARY"
+"""Environment variable naming the C library to load instead of libc (vendor plugins usually
+offer the same escape hatch for a runtime installed outside the default search path)."""
+
+# Only the declarations this plugin calls: ABI mode checks nothing against a header, so each
+# signature must match the C library exactly (size_t, pointer types) or calls corrupt memory.
+_CDEF = """
+int posix_memalign(void **memptr, size_t alignment, size_t size);
+void free(void *ptr);
+void *memcpy(void *dest, const void *src, size_t n);
+"""
+_SYMBOLS = ("posix_memalign", "free", "memcpy")
+
+
+class RuntimeUnavailable(RuntimeError):
+    """The C library could not be loaded; the message says why, in words a user can act on."""
+
+
+class Runtime:
+    """The loaded C library: ``ffi`` for types and buffers, ``lib`` for the functions."""
+
+    def __init__(self, ffi: cffi.FFI, lib: Any, library: str) -> None:
+        self.ffi, self.lib, self.library = ffi, lib, library
+
+
+def load_runtime(library: str | None = None) -> Runtime:
+    """dlopen ``library`` (default: $ORT_EP_EXAMPLE_LIBRARY, else libc) and check its symbols.
+
+    Raises RuntimeUnavailable naming what is missing; never any other error, so registration
+    can turn it into an "unavailable" answer instead of a failed import.
+    """
+    library = library or os.environ.get(LIBRARY_ENV) or ctypes.util.find_library("c")
+    ffi = cffi.FFI()
+    ffi.cdef(_CDEF)
+    try:
+        # dlopen(None) is the C library the interpreter itself is linked against (POSIX only)
+        lib = ffi.dlopen(library)
+    except Exception as e:  # OSError on POSIX; other types on platforms without dlopen(None)
+        where = library or "the process's C library"
+        raise RuntimeUnavailable(f"cannot load {where} ({e}); set {LIBRARY_ENV} to the path of a C "
+                                 "library providing posix_memalign, free and memcpy") from None
+    # ABI mode resolves symbols lazily, on first attribute access: probe now, not mid-run
+    missing = [s for s in _SYMBOLS if not _has_symbol(lib, s)]
+    if missing:
+        platform = " (Windows has no posix_memalign)" if sys.platform == "win32" else ""
+        raise RuntimeUnavailable(f"{library or 'the C library'} lacks {', '.join(missing)}{platform}; "
+                                 f"set {LIBRARY_ENV} to a C library that provides them")
+    return Runtime(ffi, lib, library or "<process>")
+
+
+def _has_symbol(lib: Any, name: str) -> bool:
+    try:
+        getattr(lib, name)
+    except AttributeError:
+        return False
+    return True
+
+
+_runtime: Runtime | None = None
+_runtime_error: str | None = None
+_runtime_lock = threading.Lock()
+
+
+def runtime() -> Runtime:
+    """The process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
+    global _runtime, _runtime_error
+    if _runtime is not None:  # the common case skips the lock: kernels call this on every run
+        return _runtime
+    with _runtime_lock:
+        if _runtime is None and _runtime_error is None:
+            try:
+                _runtime = load_runtime()
+            except RuntimeUnavailable as e:
+                _runtime_error = str(e)
+        if _runtime is None:
+            raise RuntimeUnavailable(_runtime_error)
+        return _runtime
+
+
+def unavailable_reason() -> str:
+    """Why the provider cannot run here, or "" when it can."""
+    try:
+        runtime()
+    except RuntimeUnavailable as e:
+        return str(e)
+    return ""
+
+
+class DeviceBuffer:
+    """``nbytes`` of device memory starting at ``ptr`` (a ``char *`` owned through ``ffi.gc``).
+
+    The memory is released when the last reference to ``ptr`` goes, including numpy views made
+    through ``ffi.buffer`` (they hold ``ptr``), or earlier by ``ExampleAllocator.free``.
+    """
+
+    __slots__ = ("ptr", "nbytes")
+
+    def __init__(self, ptr: Any, nbytes: int) -> None:
+        self.ptr, self.nbytes = ptr, nbytes
+
+    def __repr__(self) -> str:
+        return f"DeviceBuffer({self.nbytes} bytes on {DEVICE})"
+
+
+class ExampleAllocator:
+    """Aligned device buffers from ``posix_memalign``; every size, zero included, is honoured."""
+
+    device = DEVICE
+    alignment = ALIGNMENT
+
+    def allocate(self, nbytes: int) -> DeviceBuffer:
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
+        rt = runtime()
+        out = rt.ffi.new("void **")
+        # size 0 may legally give NULL or a shared pointer; one byte gives a unique aligned address
+        err = rt.lib.posix_memalign(out, self.alignment, max(nbytes, 1))
+        if err != 0 or out[0] == rt.ffi.NULL:
+            raise MemoryError(f"{DEVICE}: cannot allocate {nbytes} bytes (posix_memalign returned {err})")
+        # size= tells Python's collector how much memory hides behind the small cdata object
+        ptr = rt.ffi.gc(rt.ffi.cast("char *", out[0]), rt.lib.free, size=max(nbytes, 1))
+        return DeviceBuffer(ptr, nbytes)
+
+    def address(self, buffer: DeviceBuffer) -> int:
+        return int(runtime().ffi.cast("uintptr_t", buffer.ptr))
+
+    def free(self, buffer: DeviceBuffer) -> None:
+        """Release now rather than at garbage collection; views of the buffer become invalid."""
+        if buffer.ptr is not None:
+            runtime().ffi.release(buffer.ptr)
+            buffer.ptr = None
+
+
+ALLOCATOR = ExampleAllocator()
+
+
+class ExampleTensor:
+    """A tensor living on the example device: ``shape``, numpy ``dtype`` and a DeviceBuffer.
+
+    The core treats it as opaque (it only reads ``shape`` and ``dtype`` when checking kernel
+    outputs); the host gets its data through ExampleDataTransfer, kernels through ``view``.
+    """
+
+    __slots__ = ("buffer", "shape", "dtype")
+    device = DEVICE
+
+    def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], dtype: np.dtype) -> None:
+        self.buffer, self.shape, self.dtype = buffer, shape, dtype
+
+    @classmethod
+    def empty(cls, shape: tuple[int, ...], dtype: Any) -> ExampleTensor:
+        dtype = _device_dtype(dtype)
+        shape = tuple(int(d) for d in shape)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        return cls(ALLOCATOR.allocate(nbytes), shape, dtype)
+
+    @property
+    def nbytes(self) -> int:
+        return self.buffer.nbytes
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def view(self, writable: bool = False) -> np.ndarray:
+        """The device memory as a numpy array (possible only because this device is host RAM).
+
+        Read-only unless asked: kernels must never modify their inputs.
+        """
+        if self.buffer.ptr is None:
+            raise ValueError("this tensor's buffer was freed")
+        ffi = runtime().ffi
+        raw = np.frombuffer(ffi.buffer(self.buffer.ptr, self.nbytes), dtype=np.uint8)
+        arr = raw.view(self.dtype).reshape(self.shape)
+        arr.flags.writeable = writable
+        return arr
+
+    def __repr__(self) -> str:
+        return f"ExampleTensor(shape={self.shape}, dtype={self.dtype}, device={DEVICE})"
+
+
+def _device_dtype(dtype: Any) -> np.dtype:
+    dtype = np.dtype(dtype)
+    if dtype.kind in "OUS":
+        raise TypeError(f"{DEVICE} holds fixed-size numeric tensors only; {dtype} (string) tensors "
+                        "must stay on the host")
+    return dtype
+
+
+class ExampleDataTransfer:
+    """Copies host <-> example device and example device <-> example device with ``memcpy``.
+
+    Bit-exact for every fixed-size dtype (bool, float16, bfloat16, float8, complex, ...): bytes
+    move untouched and the dtype travels with the tensor. Strings raise TypeError.
+    """
+
+    def can_copy(self, src: Device, dst: Device) -> bool:
+        if src == DEVICE:
+            return dst == DEVICE or dst.is_host
+        return dst == DEVICE and src.is_host
+
+    def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        if not self.can_copy(src, dst):
+            raise ValueError(f"the example data transfer cannot copy {src} -> {dst}")
+        if src.is_host:
+            if isinstance(value, ExampleTensor):
+                raise TypeError(f"copy from {src} was given an ExampleTensor, which lives on {DEVICE}")
+            return _to_device(value)
+        if not isinstance(value, ExampleTensor):
+            raise TypeError(f"copy from {src} expects an ExampleTensor, got {type(value).__name__}")
+        return _to_host(value) if dst.is_host else _device_copy(value)
+
+
+def _memcpy(dst_address: Any, src_address: Any, nbytes: int) -> None:
+    if nbytes:  # memcpy with size 0 is fine, but an empty array's address may be NULL-like
+        rt = runtime()
+        rt.lib.memcpy(rt.ffi.cast("void *", dst_address), rt.ffi.cast("void *", src_address), nbytes)
+
+
+def _to_device(value: Any) -> ExampleTensor:
+    arr = np.asarray(value)
+    tensor = ExampleTensor.empty(arr.shape, arr.dtype)
+    # memcpy needs one dense block; copy(order="C") keeps 0-d arrays 0-d (ascontiguousarray does not)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")
+    _memcpy(tensor.buffer.ptr, arr.ctypes.data, tensor.nbytes)
+    return tensor
+
+
+def _to_host(tensor: ExampleTensor) -> np.ndarray:
+    out = np.empty(tensor.shape, tensor.dtype)
+    _memcpy(out.ctypes.data, tensor.buffer.ptr, tensor.nbytes)
+    return out
+
+
+def _device_copy(tensor: ExampleTensor) -> ExampleTensor:
+    out = ExampleTensor.empty(tensor.shape, tensor.dtype)
+    _memcpy(out.buffer.ptr, tensor.buffer.ptr, tensor.nbytes)
+    return out
+
+
+TRANSFER = ExampleDataTransfer()
