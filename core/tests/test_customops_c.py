@@ -207,3 +207,11 @@ def test_header_ships_with_the_package():
     assert f"#define ORTC_ABI_VERSION {ABI_VERSION}" in text
     assert "ORTC_CDEF_BEGIN" in text and "ORTC_CDEF_END" in text
     assert os.path.exists(example_library_source())
+
+
+def test_missing_compiler_skips_with_a_clear_reason(monkeypatch):
+    from . import customops_build
+
+    monkeypatch.setattr(customops_build.shutil, "which", lambda name: None)
+    with pytest.raises(pytest.skip.Exception, match="no C compiler found"):
+        customops_build.compiler()

@@ -76,8 +76,9 @@ def parse_elem_type(t: Any, where: str) -> int:
         name = t[len("tensor("):-1] if t.startswith("tensor(") and t.endswith(")") else t
         if name in _BY_NAME:
             return _BY_NAME[name]
-        try:
-            code = elem_type_of(np.dtype(name))
+        try:  # numpy names spelled out ('float32'), never one-letter codes that could be a typo'd 'T'
+            dtype = np.dtype(name)
+            code = elem_type_of(dtype) if dtype.name == name else None
         except TypeError:
             code = None
         if code is not None and code != TensorProto.STRING:

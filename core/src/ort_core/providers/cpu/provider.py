@@ -11,7 +11,7 @@ from ...errors import KernelError
 from ...memory import HOST, HostAllocator, HostDataTransfer
 from ...plugins import Capability, ProviderInfo, hookimpl
 from . import ops  # noqa: F401  (importing registers the kernels)
-from .registry import lookup
+from .registry import lookup, outer_scope_names
 
 NAME = "CPUExecutionProvider"
 
@@ -53,9 +53,12 @@ def ort_compile(provider, subgraph, options):
 def _adapt(kernel, node, inputs, outputs):
     """Map the subgraph's input/output order onto the node's positional slots.
 
-    Most nodes need no mapping and get their kernel back unchanged (no per-call overhead).
+    Kernels take the node's inputs in order (None for omitted ones) followed, for nodes with
+    subgraphs, by the outer-scope values those subgraphs read, in ``outer_scope_names(node)``
+    order. Most nodes need no mapping and get their kernel back unchanged (no per-call overhead).
     """
     in_idx = [inputs.index(n) if n else None for n in node.inputs]
+    in_idx += [inputs.index(n) for n in outer_scope_names(node)]
     out_idx = [node.outputs.index(o) for o in outputs]
     same_in = in_idx == list(range(len(inputs)))
     same_out = out_idx == list(range(len(node.outputs)))

@@ -11,11 +11,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...ir.graph import Node
+from ...ir.graph import Node, outer_scope_reads
 
 Kernel = Callable[..., tuple]
 """kernel(*inputs) -> tuple with one entry per node output (None for an omitted output).
-Omitted optional inputs arrive as None. Kernels are stateless and thread-safe."""
+Omitted optional inputs arrive as None. A node with subgraph attributes (If, Loop, Scan, ...)
+receives after its own inputs the outer-scope values its subgraphs read, in the order of
+``outer_scope_names(node)``. Kernels are stateless and thread-safe."""
 
 Factory = Callable[[Node, int], Kernel]
 """factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes."""
@@ -65,3 +67,8 @@ def lookup(domain: str, op_type: str, opset: int) -> KernelDef | None:
 def supported_ops() -> dict[tuple[str, str], list[tuple[int, Any]]]:
     """(domain, op_type) -> [(since, until), ...] for documentation and capability reasons."""
     return {k: [(kd.since, kd.until) for kd in v] for k, v in sorted(_REGISTRY.items())}
+
+
+def outer_scope_names(node: Node) -> list[str]:
+    """Names of outer-scope values a node's subgraphs read, in the order kernels receive them."""
+    return sorted(outer_scope_reads(node))
