@@ -94,7 +94,9 @@ class InferenceSession:
                 kernel = registry.compile(provider, sub, self._provider_options.get(provider, {}))
             except PluginError as e:
                 if provider == CPU and isinstance(e.__cause__, OrtError):
-                    raise type(e.__cause__)(f"{_describe(sub)}: {e.__cause__}") from e
+                    cause = e.__cause__
+                    text = str(cause) if _describe(sub) in str(cause) else f"{_describe(sub)}: {cause}"
+                    raise type(cause)(text) from e
                 raise
             except OrtError as e:
                 raise type(e)(f"{_describe(sub)} on {provider}: {e}") from e
