@@ -29,7 +29,7 @@ REPORTS = "reports"
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run."""
-    session.install("-e", f"{CORE}[test]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN,
+    session.install("-e", f"{CORE}[test,image]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN,
                     *[a for p in PLUGINS for a in ("-e", p)])
     test_dirs = ["core/tests", "conformance/tests", *[f"{p}/tests" for p in PLUGINS if os.path.isdir(f"{p}/tests")]]
     session.run("pytest", *test_dirs, "-q", "-p", "no:cacheprovider", *session.posargs)
@@ -43,7 +43,7 @@ def conformance(session: nox.Session) -> None:
     Reports go to reports/conformance-<provider>.{json,md}; the session fails when any
     provider run is not certified.
     """
-    session.install("-e", CORE, "-e", CONFORMANCE, *[a for p in PLUGINS for a in ("-e", p)])
+    session.install("-e", f"{CORE}[image]", "-e", CONFORMANCE, *[a for p in PLUGINS for a in ("-e", p)])
     args = list(session.posargs)
     if "--provider" in args:
         names = [args[args.index("--provider") + 1]]

@@ -92,7 +92,10 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         name = _case_name(item)
         if name in state.known:
-            item.add_marker(pytest.mark.xfail(reason=f"known failure: {state.known[name]}", strict=True))
+            reason = state.known[name]
+            # a case whose expected values are random draws may match by chance: not strict
+            strict = not reason.startswith(known.RANDOM_PREFIX)
+            item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=strict))
 
 
 def pytest_runtest_logreport(report):
@@ -118,7 +121,9 @@ def pytest_sessionfinish(session, exitstatus):
     if state is None:
         return
     if state.update:
-        failing = {name: (r.message or r.status) for name, r in state.results.items() if not r.ok}
+        # keep reviewed reasons of cases that still fail; new failures get the run's message
+        failing = {name: state.known.get(name) or r.message or r.status
+                   for name, r in state.results.items() if not r.ok}
         import onnx
 
         known.write(state.known_path, state.provider, failing,

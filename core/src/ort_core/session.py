@@ -121,6 +121,7 @@ class InferenceSession:
         self._feedable = {a.name: a for a in self._inputs + self._overridable}
         self._required = [a.name for a in self._inputs]
         self._constants = constant_initializers(graph)
+        self._optional_outputs = {v.name for v in graph.outputs if v.type.kind == "optional"}
 
     def _check_opsets(self) -> None:
         from onnx.defs import onnx_opset_version
@@ -161,7 +162,7 @@ class InferenceSession:
             want = [self._output_slots[n] for n in names]
         results = self._plan.run(feeds, want, run_options)
         for n, r in zip(names, results):
-            if r is None:
+            if r is None and n not in self._optional_outputs:
                 raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
         return results
 

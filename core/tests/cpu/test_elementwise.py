@@ -186,6 +186,21 @@ def test_legacy_broadcast(op):
         run_ours(op, [a, b_mid], {"broadcast": 1}, opset=6)
 
 
+def test_legacy_broadcast_size1_dims():
+    # Caffe2's rule (and pytorch's exported opset-6 models): B's size-1 dims stretch over A's
+    a = np.arange(6, dtype=np.float64).reshape(2, 3)
+    for b in (np.array([[10.0], [20.0]]), np.array([[10.0, 20.0, 30.0]])):
+        (y,) = run_ours("Add", [a, b], {"broadcast": 1, "axis": 0}, opset=6)
+        np.testing.assert_array_equal(y, a + b)
+    x = f32(2, 3, 4)
+    (y,) = run_ours("Mul", [x, np.ones((3, 1), np.float32) * 2], {"broadcast": 1, "axis": 1}, opset=6)
+    np.testing.assert_allclose(y, x * 2)
+    with pytest.raises(KernelError, match="legacy broadcast"):
+        run_ours("Add", [a, np.ones((2, 2))], {"broadcast": 1, "axis": 0}, opset=6)
+    with pytest.raises(KernelError, match="legacy broadcast"):
+        run_ours("Add", [a, np.ones((3, 1))], {"broadcast": 1, "axis": 1}, opset=6)
+
+
 def test_legacy_comparison_and_logic_broadcast():
     a = f32(2, 3)
     b = f32(3)
@@ -445,6 +460,36 @@ def test_cast_float8(to, saturate):
     if not saturate:
         x = x[:4]  # out-of-range values are implementation-defined without saturation
     check("Cast", [x], {"to": to, "saturate": saturate}, opset=19)
+
+
+def test_cast_e8m0_rounding_and_saturation():
+    import ml_dtypes
+
+    to = TensorProto.FLOAT8E8M0
+    x = np.array([0.0, 2.0**-130, 0.124, 0.25, 1.1, 1.5, 1.49, 3.0, 2.0**127 * 1.5, 3e38, np.inf,
+                  np.nan], np.float32)
+    expect = {  # biased exponents: value = 2^(e - 127), 255 is NaN
+        "up": [0, 0, 124, 125, 128, 128, 128, 129, 254, 254, 254, 255],
+        "down": [0, 0, 123, 125, 127, 127, 127, 128, 254, 254, 254, 255],
+        "nearest": [0, 0, 124, 125, 127, 128, 127, 129, 254, 254, 254, 255],
+    }
+    for mode, bits in expect.items():
+        (y,) = run_ours("Cast", [x], {"to": to, "round_mode": mode}, opset=24)
+        assert y.dtype == np.dtype(ml_dtypes.float8_e8m0fnu)
+        np.testing.assert_array_equal(y.view(np.uint8), bits, err_msg=mode)
+    # without saturation, values outside [2^-127, 2^127] (zero and inf included) become NaN
+    (y,) = run_ours("Cast", [x], {"to": to, "saturate": 0, "round_mode": "nearest"}, opset=24)
+    np.testing.assert_array_equal(y.view(np.uint8), [255, 255, 124, 125, 127, 128, 127, 129, 255, 255,
+                                                     255, 255])
+    # float16 and float64 sources; back to float
+    (y,) = run_ours("Cast", [np.array([0.3, 4.0], np.float16)], {"to": to}, opset=24)
+    np.testing.assert_array_equal(y.astype(np.float32), [0.5, 4.0])
+    (y,) = run_ours("Cast", [np.array([1.0 + 2.0**-40], np.float64)], {"to": to}, opset=24)
+    np.testing.assert_array_equal(y.astype(np.float32), [2.0])  # no rounding through float32
+    (z,) = run_ours("Cast", [y], {"to": TensorProto.FLOAT}, opset=24)
+    assert z.dtype == np.float32 and z.tolist() == [2.0]
+    with pytest.raises(KernelError, match="round_mode"):
+        run_ours("Cast", [x], {"to": to, "round_mode": "zero"}, opset=24)
 
 
 def test_cast_like():

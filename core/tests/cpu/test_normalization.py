@@ -97,15 +97,48 @@ def test_batch_norm_shape_errors():
         run_ours("BatchNormalization", [x[0, 0], scale, bias, mean, var], {}, opset=15)
 
 
-def test_batch_norm_training_unsupported():
+def bn_training_expected(x, scale, bias, mean, var, momentum=0.9, eps=1e-5):
+    axes = (0,) + tuple(range(2, x.ndim))
+    cur_mean = x.astype(np.float64).mean(axis=axes)
+    cur_var = x.astype(np.float64).var(axis=axes)
+    y = bn_expected(x, scale, bias, cur_mean, cur_var, eps)
+    return (y, mean * momentum + cur_mean * (1 - momentum), var * momentum + cur_var * (1 - momentum),
+            cur_mean, cur_var)
+
+
+@pytest.mark.parametrize("shape", [(4, 3), (2, 3, 4, 5)])
+@pytest.mark.parametrize("opset", [14, 15])
+def test_batch_norm_training(shape, opset):
+    rng = np.random.default_rng(5)
+    inputs = bn_inputs(rng, shape)
+    attrs = dict(training_mode=1, momentum=0.8, epsilon=1e-3)
+    y, run_mean, run_var = check("BatchNormalization", inputs, attrs, opset=opset, n_outputs=3)
+    exp = bn_training_expected(*inputs, momentum=0.8, eps=1e-3)
+    for got, want in zip((y, run_mean, run_var), exp):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    (y_only,) = run_ours("BatchNormalization", inputs, attrs, opset=opset)  # Y alone, still training
+    np.testing.assert_allclose(y_only, exp[0], rtol=1e-5, atol=1e-5)
+
+
+def test_batch_norm_training_opset9_five_outputs_and_float16():
+    rng = np.random.default_rng(7)
+    inputs = bn_inputs(rng, (3, 2, 4))
+    outs = run_ours("BatchNormalization", inputs, {}, opset=9, n_outputs=5)
+    for got, want in zip(outs, bn_training_expected(*inputs)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    x16 = inputs[0].astype(np.float16)
+    y, m, v = run_ours("BatchNormalization", [x16] + inputs[1:], dict(training_mode=1), opset=15,
+                       n_outputs=3)
+    assert y.dtype == np.float16 and m.dtype == v.dtype == np.float32
+
+
+def test_batch_norm_extra_outputs_need_training():
     rng = np.random.default_rng(5)
     inputs = bn_inputs(rng, (2, 3, 4))
     with pytest.raises(KernelError, match="training mode"):
-        run_ours("BatchNormalization", inputs, dict(training_mode=1), opset=14)
-    with pytest.raises(KernelError, match="training mode"):
-        run_ours("BatchNormalization", inputs, dict(training_mode=1), opset=15, n_outputs=3)
-    with pytest.raises(KernelError, match="training mode"):
-        run_ours("BatchNormalization", inputs, {}, opset=9, n_outputs=5)
+        run_ours("BatchNormalization", inputs, dict(training_mode=0), opset=15, n_outputs=3)
+    with pytest.raises(KernelError, match="is_test=1"):
+        run_ours("BatchNormalization", inputs, dict(is_test=1), opset=6, n_outputs=5)
 
 
 # ---------------------------------------------------------------------------------------------

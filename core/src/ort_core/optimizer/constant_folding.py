@@ -19,6 +19,8 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
 def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
     """Fold in place; ``evaluate(node, inputs)`` returns the node's outputs. Returns nodes folded."""
     graph = model.graph
+    if any(n.op_type == "Gradient" for n in graph.nodes):
+        return 0  # folding the forward cone a Gradient differentiates would zero its result
     feedable = {v.name for v in graph.inputs}
     constants = {k for k in graph.initializers if k not in feedable}
     folded_ids: set[int] = set()
@@ -29,6 +31,8 @@ def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
                 outputs = evaluate(node, inputs)
             except Exception:  # noqa: BLE001 - leave the node for run time, where errors name it
                 continue
+            if not all(isinstance(v, np.ndarray) for n, v in zip(node.outputs, outputs) if n):
+                continue  # sequences and optionals stay run-time values: initializers are tensors
             for name, value in zip(node.outputs, outputs):
                 if name and value is not None:
                     graph.initializers[name] = np.asarray(value)

@@ -18,6 +18,7 @@ def eliminate_dead_code(graph: Graph) -> int:
             live.append(node)
             used.update(i for i in node.inputs if i)
             used.update(outer_scope_reads(node))
+            used.update(_named_by_attributes(node))
     removed = len(graph.nodes) - len(live)
     keep = set(id(n) for n in live)
     graph.nodes = [n for n in graph.nodes if id(n) in keep]
@@ -25,3 +26,11 @@ def eliminate_dead_code(graph: Graph) -> int:
     for name in [k for k in graph.initializers if k not in used and k not in inputs]:
         del graph.initializers[name]
     return removed
+
+
+def _named_by_attributes(node) -> set[str]:
+    """Values a node reaches by name through attributes (Gradient's xs, zs and y)."""
+    if node.op_type != "Gradient":
+        return set()
+    names = [*node.attr("xs", []), *node.attr("zs", []), node.attr("y", "")]
+    return {n for n in names if n}

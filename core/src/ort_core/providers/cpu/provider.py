@@ -46,7 +46,7 @@ def ort_compile(provider, subgraph, options):
     kd = lookup(node.domain, node.op_type, opset)
     if kd is None:
         raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
-    kernel = kd.factory(node, opset)
+    kernel = kd.factory(node, opset, graph=subgraph.graph) if kd.wants_graph else kd.factory(node, opset)
     return _adapt(kernel, node, subgraph.inputs, subgraph.outputs)
 
 

@@ -7,6 +7,7 @@ The registry only stores and looks up; it runs nothing.
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,9 @@ receives after its own inputs the outer-scope values its subgraphs read, in the 
 ``outer_scope_names(node)``. Kernels are stateless and thread-safe."""
 
 Factory = Callable[[Node, int], Kernel]
-"""factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes."""
+"""factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes.
+A factory that also declares a ``graph`` parameter receives the IR graph holding the node
+(Gradient needs the forward graph; DictVectorizer reads declared map types)."""
 
 
 @dataclass(frozen=True)
@@ -30,6 +33,7 @@ class KernelDef:
     since: int
     until: int | None  # inclusive; None = open-ended
     factory: Factory
+    wants_graph: bool = False  # the factory takes graph=...
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}
@@ -50,7 +54,8 @@ def register(op_type: str | tuple[str, ...], since: int = 1, until: int | None =
     def deco(factory: Factory) -> Factory:
         for name in names:
             key = (_norm_domain(domain), name)
-            _REGISTRY.setdefault(key, []).append(KernelDef(key[0], name, since, until, factory))
+            wants_graph = "graph" in inspect.signature(factory).parameters
+            _REGISTRY.setdefault(key, []).append(KernelDef(key[0], name, since, until, factory, wants_graph))
         return factory
 
     return deco

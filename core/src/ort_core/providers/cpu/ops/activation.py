@@ -321,8 +321,8 @@ def _shifted_exp(x, axis):
 
 
 def _softmax(x, axis):
-    if x.dtype == np.float16:
-        return _softmax(x.astype(np.float32), axis).astype(np.float16)
+    # float16 stays float16 step by step (per-row shift), as the spec's formula in type T reads;
+    # function bodies such as Attention's expansion are specified that way
     e, s, _ = _shifted_exp(x, axis)
     e /= s
     return e

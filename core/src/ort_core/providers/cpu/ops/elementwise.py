@@ -209,7 +209,8 @@ def _binary_factory(fn):
 
 def _legacy_binary_factory(fn):
     """Opset < 7 form: shapes must match unless ``broadcast=1``, which lets B (a suffix of
-    A's shape, or a run of A's dims starting at ``axis``) broadcast onto A."""
+    A's shape, or a run of A's dims starting at ``axis``) broadcast onto A. As in Caffe2, where
+    this rule comes from (and as exporters rely on), a B dim of size 1 stretches over A's."""
     def factory(node: Node, opset: int):
         broadcast = int(node.attr("broadcast", 0))
         axis = node.attr("axis")
@@ -223,7 +224,8 @@ def _legacy_binary_factory(fn):
             if b.size == 1 and b.ndim <= a.ndim:
                 return (_nd(fn(a, b.reshape(()))),)
             ax = a.ndim - b.ndim if axis is None else int(axis) % max(a.ndim, 1)
-            if ax < 0 or b.shape != a.shape[ax:ax + b.ndim]:
+            if ax < 0 or ax + b.ndim > a.ndim or any(
+                    bd not in (ad, 1) for bd, ad in zip(b.shape, a.shape[ax:])):
                 raise KernelError(f"{node.label}: cannot broadcast B of shape {b.shape} onto A of "
                                   f"shape {a.shape} at axis {ax} (legacy broadcast)")
             return (_nd(fn(a, b.reshape(b.shape + (1,) * (a.ndim - ax - b.ndim)))),)
@@ -394,7 +396,7 @@ _FLOAT8 = {TensorProto.FLOAT8E4M3FN, TensorProto.FLOAT8E4M3FNUZ, TensorProto.FLO
            TensorProto.FLOAT8E5M2FNUZ}
 _UNSUPPORTED_TARGETS = {TensorProto.UNDEFINED, TensorProto.COMPLEX64,
                         TensorProto.COMPLEX128}
-for _t in ("FLOAT8E8M0", "FLOAT6E2M3", "FLOAT6E3M2"):
+for _t in ("FLOAT6E2M3", "FLOAT6E3M2"):
     if hasattr(TensorProto, _t):
         _UNSUPPORTED_TARGETS.add(getattr(TensorProto, _t))
 
@@ -413,7 +415,36 @@ def _parse_strings(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     return flat.astype(np.float64).astype(dtype)
 
 
-def _caster(node: Node, to: int, saturate: bool):
+_E8M0 = getattr(TensorProto, "FLOAT8E8M0", None)
+
+
+def _to_e8m0(x: np.ndarray, dtype: np.dtype, saturate: bool, round_mode: str) -> np.ndarray:
+    """FLOAT8E8M0 (a bare power of two 2^(e - 127), e in [0, 254]; 255 is NaN) from numbers.
+
+    The sign is dropped (negative inputs are undefined by the spec). ``round_mode`` picks
+    between the two neighbouring powers of two: 'up' (away from zero), 'down', or 'nearest'
+    (by the mantissa, ties up). With ``saturate``, out-of-range values, zero and +-inf clamp to
+    the smallest/largest power; without it they become NaN, as the spec's table says.
+    """
+    f = np.abs(x.astype(np.float64) if x.dtype != np.float64 else x)
+    mant, exp = np.frexp(f)  # f = mant * 2^exp with mant in [0.5, 1)
+    e = exp.astype(np.int32) + 126  # biased exponent of 2^floor(log2 f)
+    if round_mode == "up":
+        e += mant > 0.5
+    elif round_mode == "nearest":
+        e += mant >= 0.75
+    bad = np.isnan(f)
+    if saturate:
+        np.clip(e, 0, 254, out=e)
+        e[f == 0] = 0
+        e[np.isinf(f)] = 254
+    else:
+        bad |= (e < 0) | (e > 254) | (f == 0) | np.isinf(f)
+    e[bad] = 255
+    return e.astype(np.uint8).view(dtype)
+
+
+def _caster(node: Node, to: int, saturate: bool, round_mode: str = "up"):
     """Function converting an array to ONNX element type ``to``."""
     if to == TensorProto.STRING:
         def to_string(x: np.ndarray) -> np.ndarray:
@@ -429,6 +460,14 @@ def _caster(node: Node, to: int, saturate: bool):
         dtype = np_dtype(to)
     except (KeyError, TypeError, ValueError) as e:
         raise KernelError(f"{node.label}: unknown target element type {to}") from e
+    if to == _E8M0:
+        def to_e8m0(x: np.ndarray) -> np.ndarray:
+            if x.dtype == dtype:
+                return x
+            if x.dtype.kind in "OUS":
+                x = _parse_strings(x, np.dtype(np.float64))
+            return _to_e8m0(x, dtype, saturate, round_mode)
+        return to_e8m0
     limit = None
     if to in _FLOAT8 and saturate:
         import ml_dtypes
@@ -467,15 +506,21 @@ def _cast_v1(node: Node, opset: int):
     return kernel
 
 
+def _round_mode(node: Node) -> str:
+    round_mode = node.attr("round_mode", "up")
+    if isinstance(round_mode, bytes):
+        round_mode = round_mode.decode()
+    if round_mode not in ("up", "down", "nearest"):
+        raise KernelError(f"{node.label}: unknown round_mode {round_mode!r}")
+    return round_mode
+
+
 @register("Cast", since=6)
 def _cast(node: Node, opset: int):
     to = node.attr("to")
     if to is None:
         raise KernelError(f"{node.label}: attribute 'to' is required")
-    round_mode = node.attr("round_mode", "up")
-    if round_mode not in ("up", "down", "nearest", b"up", b"down", b"nearest"):
-        raise KernelError(f"{node.label}: unknown round_mode {round_mode!r}")
-    cast = _caster(node, int(to), bool(node.attr("saturate", 1)))
+    cast = _caster(node, int(to), bool(node.attr("saturate", 1)), _round_mode(node))
 
     def kernel(x):
         return (cast(x),)
@@ -485,6 +530,7 @@ def _cast(node: Node, opset: int):
 @register("CastLike", since=15)
 def _cast_like(node: Node, opset: int):
     saturate = bool(node.attr("saturate", 1))
+    round_mode = _round_mode(node)
     casters: dict[np.dtype, object] = {}  # target dtype -> cast function (benign races)
 
     def kernel(x, like):
@@ -495,6 +541,6 @@ def _cast_like(node: Node, opset: int):
             to = elem_type_of(like.dtype)
             if to is None:
                 raise KernelError(f"{node.label}: unsupported target dtype {like.dtype}")
-            cast = casters[like.dtype] = _caster(node, to, saturate)
+            cast = casters[like.dtype] = _caster(node, to, saturate, round_mode)
         return (cast(x),)
     return kernel

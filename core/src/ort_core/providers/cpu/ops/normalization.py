@@ -1,7 +1,7 @@
-"""CPU kernels for normalizations: BatchNormalization (inference only), LRN, InstanceNormalization,
-LayerNormalization and GroupNormalization.
+"""CPU kernels for normalizations: BatchNormalization (inference and training mode), LRN,
+InstanceNormalization, LayerNormalization and GroupNormalization.
 
-Training-mode batch norm, RMSNormalization, LpNormalization and MeanVarianceNormalization are not here.
+RMSNormalization, LpNormalization and MeanVarianceNormalization are not here.
 """
 
 from __future__ import annotations
@@ -35,18 +35,34 @@ def _channel_shape(x):
 # BatchNormalization
 # ---------------------------------------------------------------------------------------------
 
+def _bn_affine(x, scale, bias, mean, var, shape, epsilon, cdt):
+    """(x - mean) / sqrt(var + epsilon) * scale + bias, folded into one multiply-add."""
+    inv = np.sqrt(var.astype(np.float64) + epsilon)
+    np.divide(scale.astype(np.float64), inv, out=inv)
+    shift = bias.astype(np.float64) - mean.astype(np.float64) * inv
+    y = np.multiply(x, inv.astype(cdt).reshape(shape), dtype=cdt)
+    y += shift.astype(cdt).reshape(shape)
+    return y.astype(x.dtype, copy=False)
+
+
 @register("BatchNormalization", since=1, until=None)
 def batch_normalization_factory(node, opset):
     epsilon = _float_attr(node, "epsilon", 1e-5)
+    momentum = _float_attr(node, "momentum", 0.9)
     extra_outputs = [o for o in node.outputs[1:] if o]
-    if opset >= 14 and int(node.attr("training_mode", 0)) != 0:
-        raise KernelError(f"{node.label}: BatchNormalization training mode (training_mode=1) "
-                          f"is unsupported; only inference is implemented")
-    if extra_outputs:
-        raise KernelError(f"{node.label}: BatchNormalization outputs {extra_outputs} are only produced "
-                          f"in training mode, which is unsupported; only inference is implemented")
-    # opset < 9: spatial=0 means per-activation statistics of shape x.shape[1:]. is_test
-    # (opset < 7) is ignored: with Y as the only output this is inference, as in onnxruntime.
+    if opset >= 14:
+        training = int(node.attr("training_mode", 0)) != 0
+        if extra_outputs and not training:
+            raise KernelError(f"{node.label}: outputs {extra_outputs} are only produced in training "
+                              f"mode (training_mode=1)")
+    else:
+        # before opset 14 the outputs say the mode: Y alone is inference (is_test, opset < 7, is
+        # ignored then, as in onnxruntime); running and saved statistics mean training
+        training = bool(extra_outputs)
+        if training and opset < 7 and int(node.attr("is_test", 0)):
+            raise KernelError(f"{node.label}: outputs {extra_outputs} are only produced in training "
+                              f"mode, but is_test=1")
+    # opset < 9: spatial=0 means per-activation statistics of shape x.shape[1:]
     spatial = int(node.attr("spatial", 1)) if opset < 9 else 1
     n_out = len(node.outputs)
     label = node.label
@@ -57,18 +73,32 @@ def batch_normalization_factory(node, opset):
             raise KernelError(f"{label}: input must have rank >= 2 (N, C, ...), got shape {x.shape}")
         if spatial or (scale.ndim == 1 and x.ndim > 2 and scale.shape[0] == x.shape[1]):
             shape = _channel_shape(x)
+            axes = (0,) + tuple(range(2, x.ndim))
         else:
             shape = x.shape[1:]
+            axes = (0,)
         for name, a in (("scale", scale), ("B", bias), ("mean", mean), ("var", var)):
             if a.size != math.prod(shape):
                 raise KernelError(f"{label}: {name} of shape {a.shape} does not match input shape "
                                   f"{x.shape} (expected {math.prod(shape)} values)")
-        inv = np.sqrt(var.astype(np.float64) + epsilon)
-        np.divide(scale.astype(np.float64), inv, out=inv)
-        shift = bias.astype(np.float64) - mean.astype(np.float64) * inv
-        y = np.multiply(x, inv.astype(cdt).reshape(shape), dtype=cdt)
-        y += shift.astype(cdt).reshape(shape)
-        return (y.astype(x.dtype, copy=False),) + (None,) * (n_out - 1)
+        if not training:
+            return (_bn_affine(x, scale, bias, mean, var, shape, epsilon, cdt),) + (None,) * (n_out - 1)
+        # training: normalize with the batch's own statistics (population variance, float32
+        # at least) and blend them into the running statistics by momentum
+        cur_mean = np.mean(x, axis=axes, dtype=cdt)
+        centered = np.subtract(x, cur_mean.reshape(shape), dtype=cdt)
+        cur_var = np.mean(np.square(centered, out=centered), axis=axes)
+        y = _bn_affine(x, scale, bias, cur_mean, cur_var, shape, epsilon, cdt)
+        stat = mean.dtype
+        run_mean = (mean.astype(cdt) * cdt.type(momentum)
+                    + cur_mean.reshape(mean.shape) * cdt.type(1 - momentum)).astype(stat)
+        run_var = (var.astype(cdt) * cdt.type(momentum)
+                   + cur_var.reshape(var.shape) * cdt.type(1 - momentum)).astype(stat)
+        outs = (y, run_mean, run_var)
+        if opset < 14:  # saved_mean, saved_var: the batch statistics themselves
+            outs += (cur_mean.reshape(mean.shape).astype(stat), cur_var.reshape(var.shape).astype(stat))
+        return tuple(o if i == 0 or (i < n_out and node.outputs[i]) else None
+                     for i, o in enumerate(outs[:n_out]))
 
     return kernel
 

@@ -1,0 +1,293 @@
+"""Tree ensembles (TreeEnsembleRegressor/Classifier, TreeEnsemble) against the reference evaluator,
+and against onnxruntime where the two runtimes differ and onnxruntime is followed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from ort_core.errors import KernelError
+
+from .kernel_harness import run_ours, run_reference
+
+ML = "ai.onnx.ml"
+rng = np.random.default_rng(11)
+MODES = ["BRANCH_LEQ", "BRANCH_LT", "BRANCH_GTE", "BRANCH_GT", "BRANCH_EQ", "BRANCH_NEQ"]
+
+
+def forest(n_trees, depth, n_features, modes=("BRANCH_LEQ",), shuffle=True):
+    """Full binary trees in the legacy encoding; node ids BFS-numbered, nodes listed shuffled
+    within each tree (root first). Returns the nodes_* attributes and the leaves (tree, node)."""
+    attrs = {k: [] for k in ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values",
+                             "nodes_modes", "nodes_truenodeids", "nodes_falsenodeids",
+                             "nodes_missing_value_tracks_true")}
+    leaves = []
+    for t in range(n_trees):
+        n_int, n_all = 2 ** depth - 1, 2 ** (depth + 1) - 1
+        order = [0] + list(rng.permutation(np.arange(1, n_all))) if shuffle else range(n_all)
+        for i in order:
+            i = int(i)
+            leaf = i >= n_int
+            attrs["nodes_treeids"].append(t * 3 + 1)  # tree ids need not be 0..T-1
+            attrs["nodes_nodeids"].append(i)
+            attrs["nodes_featureids"].append(0 if leaf else int(rng.integers(n_features)))
+            attrs["nodes_values"].append(0.0 if leaf else float(np.round(rng.normal(), 1)))
+            attrs["nodes_modes"].append("LEAF" if leaf else str(rng.choice(modes)))
+            attrs["nodes_truenodeids"].append(0 if leaf else 2 * i + 1)
+            attrs["nodes_falsenodeids"].append(0 if leaf else 2 * i + 2)
+            attrs["nodes_missing_value_tracks_true"].append(int(rng.integers(2)))
+            if leaf:
+                leaves.append((t * 3 + 1, i))
+    return attrs, leaves
+
+
+def weights(leaves, prefix, n_targets, every_target=True, scale=1.0, positive=False):
+    out = {f"{prefix}_treeids": [], f"{prefix}_nodeids": [], f"{prefix}_ids": [], f"{prefix}_weights": []}
+    for t, n in leaves:
+        for k in range(n_targets):
+            if every_target or rng.random() < 0.5:
+                w = float(rng.random() if positive else rng.normal()) * scale
+                for key, v in zip(out, (t, n, k, w)):
+                    out[key].append(v)
+    return out
+
+
+def features(n, f, nan=True):
+    x = np.round(rng.normal(size=(n, f)), 1).astype(np.float32)  # ties with thresholds happen
+    if nan:
+        x[rng.random(size=x.shape) < 0.1] = np.nan
+    return x
+
+
+def ml_both(op, x, attrs, n_outputs, opset=3, ref_attrs=None):
+    ours = run_ours(op, [x], attrs, opset=opset, n_outputs=n_outputs, domain=ML)
+    ref = run_reference(op, [x], ref_attrs or attrs, opset=opset, n_outputs=n_outputs, domain=ML)
+    return ours, ref
+
+
+# ------------------------------------------------------------------------- TreeEnsembleRegressor
+
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
+@pytest.mark.parametrize("n_targets", [1, 3])
+@pytest.mark.parametrize("opset", [1, 3])
+def test_tree_regressor_matches_reference(agg, n_targets, opset):
+    # NEQ is left out: the reference sends NaN by the missing flag there, onnxruntime by the comparison
+    attrs, leaves = forest(5, 3, 4, modes=MODES[:5])
+    attrs.update(weights(leaves, "target", n_targets), n_targets=n_targets, aggregate_function=agg)
+    attrs["base_values"] = [float(v) for v in rng.normal(size=n_targets)]
+    x = features(60, 4)
+    (ours,), (ref,) = ml_both("TreeEnsembleRegressor", x, attrs, 1, opset=opset)
+    assert ours.dtype == np.float32 and ours.shape == (60, n_targets)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_tree_regressor_tensor_attributes_and_double_input():
+    attrs, leaves = forest(3, 2, 3, shuffle=False)
+    attrs["nodes_values"] = [v / 4 for v in attrs["nodes_values"]]  # exact in float32 and float64
+    w = weights(leaves, "target", 2)
+    attrs.update(w, n_targets=2)
+    x = (np.round(rng.normal(size=(20, 3)) * 40) / 160).astype(np.float64)
+    (expected,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    values = np.array(attrs.pop("nodes_values"), np.float64)
+    tw = np.array(attrs.pop("target_weights"), np.float64)
+    attrs.update(nodes_values_as_tensor=values, target_weights_as_tensor=tw)
+    (y,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y, expected, rtol=1e-6)  # float32 vs float64 weights
+
+
+def test_tree_regressor_single_leaf_and_int_input():
+    attrs = dict(nodes_treeids=[0, 1], nodes_nodeids=[0, 0], nodes_featureids=[0, 0], nodes_values=[0.0, 0.0],
+                 nodes_modes=["LEAF", "LEAF"], nodes_truenodeids=[0, 0], nodes_falsenodeids=[0, 0],
+                 target_treeids=[0, 1], target_nodeids=[0, 0], target_ids=[0, 0], target_weights=[1.5, 2.0],
+                 n_targets=1, aggregate_function="AVERAGE")
+    (y,) = run_ours("TreeEnsembleRegressor", [np.array([[3], [4]], np.int64)], attrs, opset=1, domain=ML)
+    assert y.tolist() == [[1.75], [1.75]]
+
+
+def test_tree_regressor_untouched_target_is_zero_and_probit():
+    # two targets, only target 0 gets weights: target 1 stays 0 (no base added), as onnxruntime
+    attrs = dict(nodes_treeids=[0], nodes_nodeids=[0], nodes_featureids=[0], nodes_values=[0.0],
+                 nodes_modes=["LEAF"], nodes_truenodeids=[0], nodes_falsenodeids=[0],
+                 target_treeids=[0], target_nodeids=[0], target_ids=[0], target_weights=[0.75],
+                 n_targets=2, base_values=[0.1, 0.2])
+    (y,) = run_ours("TreeEnsembleRegressor", [np.zeros((1, 1), np.float32)], attrs, opset=3, domain=ML)
+    np.testing.assert_allclose(y, [[0.85, 0.0]])
+    attrs.update(n_targets=1, base_values=[0.0], post_transform="PROBIT")
+    (y,) = run_ours("TreeEnsembleRegressor", [np.zeros((1, 1), np.float32)], attrs, opset=3, domain=ML)
+    np.testing.assert_allclose(y, [[0.6744898]], rtol=1e-3)  # probit(0.75) = Phi^-1(0.75)
+
+
+def test_tree_regressor_matches_onnxruntime_on_uncovered_targets():
+    ort = pytest.importorskip("onnxruntime")
+    attrs, leaves = forest(4, 3, 3, modes=MODES)
+    attrs.update(weights(leaves, "target", 3, every_target=False), n_targets=3, aggregate_function="MIN",
+                 base_values=[0.5, -0.5, 0.25])
+    x = features(40, 3)
+    (ours,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    theirs = _onnxruntime(ort, "TreeEnsembleRegressor", x, attrs, [TensorProto.FLOAT])[0]
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def _onnxruntime(ort, op, x, attrs, out_types, ml_opset=3):
+    node = helper.make_node(op, ["x"], [f"y{i}" for i in range(len(out_types))], domain=ML, **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info(f"y{i}", t, None) for i, t in enumerate(out_types)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+
+
+# ------------------------------------------------------------------------ TreeEnsembleClassifier
+
+@pytest.mark.parametrize("transform", ["NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO"])
+@pytest.mark.parametrize("labels", [dict(classlabels_int64s=[3, 5, 7]), dict(classlabels_strings=["a", "b", "c"])])
+def test_tree_classifier_multiclass_matches_reference(transform, labels):
+    attrs, leaves = forest(6, 3, 5, modes=MODES[:4])
+    attrs.update(weights(leaves, "class", 3, positive=True), post_transform=transform, **labels)
+    attrs["base_values"] = [0.1, 0.0, -0.1]
+    x = features(50, 5)
+    (label, z), (ref_label, ref_z) = ml_both("TreeEnsembleClassifier", x, attrs, 2)
+    assert z.dtype == np.float32 and z.shape == (50, 3)
+    np.testing.assert_allclose(z, ref_z, rtol=1e-5, atol=1e-6)
+    assert label.tolist() == ref_label.tolist()
+    assert label.dtype == (object if "classlabels_strings" in labels else np.int64)
+
+
+@pytest.mark.parametrize("case", ["both_classes", "logistic_base", "positive_none"])
+def test_tree_classifier_binary_matches_reference(case):
+    attrs, leaves = forest(4, 3, 3)
+    if case == "both_classes":  # random forest style: every leaf holds both class weights
+        attrs.update(weights(leaves, "class", 2, positive=True))
+    else:  # boosting style: one class id, a single score per leaf
+        attrs.update(weights(leaves, "class", 1, positive=case == "positive_none", scale=0.2))
+        attrs["base_values"] = [0.3]
+        attrs["post_transform"] = "LOGISTIC" if case == "logistic_base" else "NONE"
+    attrs["classlabels_int64s"] = [0, 1]
+    x = features(40, 3)
+    (label, z), (ref_label, ref_z) = ml_both("TreeEnsembleClassifier", x, attrs, 2)
+    assert z.shape == (40, 2)
+    np.testing.assert_allclose(z, ref_z, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(label, ref_label)
+
+
+def test_tree_classifier_binary_mixed_weights_values():
+    # one tree, one leaf scoring -0.4: mixed-sign weights put the threshold at 0 and Z = [-s, s]
+    attrs = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0],
+                 nodes_values=[0.5, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+                 nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                 class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 0], class_weights=[-0.4, 0.7],
+                 classlabels_strings=["neg", "pos"])
+    label, z = run_ours("TreeEnsembleClassifier", [np.array([[0.0], [1.0]], np.float32)], attrs,
+                        opset=3, n_outputs=2, domain=ML)
+    assert label.tolist() == ["neg", "pos"]
+    np.testing.assert_allclose(z, [[0.4, -0.4], [-0.7, 0.7]])
+    label, z = run_ours("TreeEnsembleClassifier", [np.array([[0.0]], np.float32)],
+                        dict(attrs, post_transform="LOGISTIC"), opset=3, n_outputs=2, domain=ML)
+    np.testing.assert_allclose(z, [[1 / (1 + np.exp(-0.4)), 1 / (1 + np.exp(0.4))]], rtol=1e-6)
+
+
+def test_tree_classifier_binary_matches_onnxruntime():
+    ort = pytest.importorskip("onnxruntime")
+    for positive, transform in [(False, "NONE"), (False, "LOGISTIC"), (True, "NONE"), (True, "LOGISTIC")]:
+        attrs, leaves = forest(5, 2, 3)
+        attrs.update(weights(leaves, "class", 1, positive=positive, scale=0.3), post_transform=transform,
+                     classlabels_int64s=[4, 9])
+        x = features(30, 3)
+        ours = run_ours("TreeEnsembleClassifier", [x], attrs, opset=3, n_outputs=2, domain=ML)
+        theirs = _onnxruntime(ort, "TreeEnsembleClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])
+        np.testing.assert_array_equal(ours[0], theirs[0])
+        np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
+
+
+# ---------------------------------------------------------------------------------- TreeEnsemble
+
+def v5_tree(n_trees, n_features, dtype, member=False):
+    """Random depth-2 trees in the ml-opset-5 encoding: ours takes arrays, the reference protos."""
+    n = 3 * n_trees
+    modes = rng.integers(0, 6, n).astype(np.uint8)
+    members = []
+    if member:
+        modes[::3] = 6
+        for _ in range(n_trees):
+            # no 0.0 member: the reference evaluator reads a 0.0 member as the end of the set
+            members += [float(v) for v in rng.choice([-1.0, 0.5, 1.0, 2.0], 2, replace=False)] + [np.nan]
+    true_ids, false_ids, true_leaf, false_leaf = [], [], [], []
+    for t in range(n_trees):
+        b, lb = 3 * t, 4 * t
+        true_ids += [b + 1, lb, lb + 2]
+        false_ids += [b + 2, lb + 1, lb + 3]
+        true_leaf += [0, 1, 1]
+        false_leaf += [0, 1, 1]
+    arrays = dict(nodes_modes=modes, nodes_splits=np.round(rng.normal(size=n), 1).astype(dtype),
+                  leaf_weights=rng.normal(size=4 * n_trees).astype(dtype))
+    if member:
+        arrays["membership_values"] = np.array(members, dtype)
+    plain = dict(n_targets=2, tree_roots=[3 * t for t in range(n_trees)],
+                 nodes_featureids=[int(v) for v in rng.integers(0, n_features, n)],
+                 nodes_truenodeids=true_ids, nodes_falsenodeids=false_ids, nodes_trueleafs=true_leaf,
+                 nodes_falseleafs=false_leaf, leaf_targetids=[int(v) for v in rng.integers(0, 2, 4 * n_trees)],
+                 nodes_missing_value_tracks_true=[int(v) for v in rng.integers(0, 2, n)])
+    ours = dict(plain, **arrays)
+    ref = dict(plain, **{k: numpy_helper.from_array(v, k) for k, v in arrays.items()})
+    return ours, ref
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("agg", [0, 1, 2, 3])
+@pytest.mark.parametrize("member", [False, True])
+def test_tree_ensemble_matches_reference(dtype, agg, member):
+    ours_attrs, ref_attrs = v5_tree(4, 3, dtype, member)
+    ours_attrs["aggregate_function"] = ref_attrs["aggregate_function"] = agg
+    x = np.round(rng.normal(size=(50, 3)), 1).astype(dtype)
+    x[:, 0] = rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, np.nan], 50)
+    (ours,), (ref,) = ml_both("TreeEnsemble", x, ours_attrs, 1, opset=5, ref_attrs=ref_attrs)
+    assert ours.dtype == dtype
+    if agg in (2, 3):  # a target no leaf reached: the reference keeps +-FLT_MAX, we (and onnxruntime) 0
+        ref = np.where(np.abs(ref) > 1e30, 0, ref)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_tree_ensemble_post_transform_and_float16():
+    ours_attrs, _ = v5_tree(2, 2, np.float16)
+    x = rng.normal(size=(5, 2)).astype(np.float16)
+    (raw,) = run_ours("TreeEnsemble", [x], ours_attrs, opset=5, domain=ML)
+    (soft,) = run_ours("TreeEnsemble", [x], dict(ours_attrs, post_transform=1), opset=5, domain=ML)
+    assert raw.dtype == soft.dtype == np.float16
+    e = np.exp(raw.astype(np.float64) - raw.max(axis=1, keepdims=True))
+    np.testing.assert_allclose(soft, e / e.sum(axis=1, keepdims=True), rtol=2e-3)
+
+
+# ------------------------------------------------------------------------------------- errors
+
+def test_tree_errors():
+    base = dict(nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0],
+                nodes_values=[0.5, 0, 0], nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+                nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+                target_treeids=[0], target_nodeids=[1], target_ids=[0], target_weights=[1.0], n_targets=1)
+    with pytest.raises(KernelError, match="does not exist"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, nodes_falsenodeids=[7, 0, 0]), opset=3, domain=ML)
+    with pytest.raises(KernelError, match="unknown node mode"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, nodes_modes=["BRANCH_X", "LEAF", "LEAF"]),
+                 opset=3, domain=ML)
+    with pytest.raises(KernelError, match="cycle"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, nodes_modes=["BRANCH_LEQ"] * 3,
+                                                        nodes_truenodeids=[1, 2, 0], nodes_falsenodeids=[1, 2, 0]),
+                 opset=3, domain=ML)
+    with pytest.raises(KernelError, match="same length|must all have"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, nodes_values=[0.5]), opset=3, domain=ML)
+    with pytest.raises(KernelError, match="target/class id"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, target_ids=[3]), opset=3, domain=ML)
+    with pytest.raises(KernelError, match="features"):
+        run_ours("TreeEnsembleRegressor", [np.zeros((2, 1), np.float32)], base, opset=3, domain=ML)
+    with pytest.raises(KernelError, match="aggregate_function"):
+        run_ours("TreeEnsembleRegressor", [None], dict(base, aggregate_function="MEDIAN"), opset=3, domain=ML)
+    with pytest.raises(KernelError, match="classlabels"):
+        run_ours("TreeEnsembleClassifier", [None], dict(base), opset=3, domain=ML, n_outputs=2)
+    ours_attrs, _ = v5_tree(1, 1, np.float32, member=True)
+    with pytest.raises(KernelError, match="membership_values"):
+        run_ours("TreeEnsemble", [None], {k: v for k, v in ours_attrs.items() if k != "membership_values"},
+                 opset=5, domain=ML)
+    with pytest.raises(KernelError, match="float"):
+        run_ours("TreeEnsemble", [np.zeros((1, 1), np.int64)], ours_attrs, opset=5, domain=ML)
