@@ -32,6 +32,11 @@ def main(argv: list[str] | None = None) -> int:
     p_run.add_argument("--repeat", "-r", type=int, default=1, help="runs to time (median is printed)")
     p_run.add_argument("--seed", type=int, default=0, help="seed for random inputs")
 
+    p_explain = sub.add_parser("explain", help="show which provider runs which nodes, and why")
+    p_explain.add_argument("model", help="path to an .onnx file")
+    p_explain.add_argument("--providers", "-p", default="CPUExecutionProvider",
+                           help="comma-separated providers in priority order")
+
     sub.add_parser("providers", help="list installed providers, availability and reason")
     p_demo = sub.add_parser("demo", help="run the small model bundled with ort-core")
     p_demo.add_argument("--repeat", "-r", type=int, default=50)
@@ -42,6 +47,8 @@ def main(argv: list[str] | None = None) -> int:
             return _run(args)
         if args.command == "providers":
             return _providers()
+        if args.command == "explain":
+            return _explain(args)
         return _demo(args)
     except (OrtError, OSError, ValueError) as e:
         print(f"ort-core: error: {e}", file=sys.stderr)
@@ -69,6 +76,20 @@ def _run(args) -> int:
         print(f"output {arg.name}: {summarize(out)}")
     print(f"providers: {', '.join(sess.get_providers())}; median latency {median_ms:.2f} ms "
           f"over {max(1, args.repeat)} run(s)")
+    return 0
+
+
+def _explain(args) -> int:
+    import warnings
+
+    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = InferenceSession(args.model, providers=providers)
+    for w in caught:
+        if "provider assignment" not in str(w.message):
+            print(f"warning: {w.message}")
+    print(sess.explain())
     return 0
 
 

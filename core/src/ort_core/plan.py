@@ -2,13 +2,15 @@
 
 Built once per session: slots resolved, copies inserted where a value crosses devices, and
 each intermediate released right after its last reader. ``run`` only walks the list; it is
-re-entrant (every call gets its own frame) so many threads may run one plan at once.
+re-entrant (every call gets its own frame) so many threads may run one plan at once. A Route
+re-targets the plan for inputs already on a device and outputs wanted on one (IOBinding).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -24,6 +26,27 @@ class Step:
     outs: tuple[int, ...]
     release: tuple[int, ...]
     label: str  # for errors: "node 'conv1' (Conv) on CPUExecutionProvider"
+    copy: bool = False  # a device copy (one in, one out): may be skipped when its result is unneeded
+
+
+@dataclass(frozen=True)
+class Route:
+    """The plan's steps for one placement of inputs and outputs on devices (ExecutionPlan.route).
+
+    ``inputs``: placed input name -> the slot to feed with its device value; ``want``: one slot
+    per requested output, holding it on the requested device; ``size``: the frame length.
+    """
+
+    steps: tuple[Step, ...]
+    size: int
+    inputs: dict[str, int]
+    want: tuple[int, ...]
+
+
+Copier = Callable[[Device, Device], Callable[[Any], Any]]
+"""copier(src, dst) -> a function copying one value from ``src`` to ``dst`` (raises if none can)."""
+
+_MAX_ROUTES = 64
 
 
 class ExecutionPlan:
@@ -33,6 +56,10 @@ class ExecutionPlan:
         self.steps: list[Step] = []
         self.input_slots: dict[str, int] = {}
         self.output_slots: dict[str, int] = {}
+        self.location: dict[str, Device] = {}  # where each value is produced (set by PlanBuilder)
+        self.keep: frozenset[int] = frozenset()  # slots never released (graph outputs)
+        self._routes: dict[Any, Route] = {}
+        self._routes_lock = threading.Lock()
 
     def slot(self, name: str, device: Device = HOST) -> int:
         key = (name, device)
@@ -41,16 +68,22 @@ class ExecutionPlan:
             self.template.append(None)
         return self.slots[key]
 
-    def run(self, feeds: dict[int, Any], want: list[int], run_options=None) -> list[Any]:
+    def run(self, feeds: dict[int, Any], want: Sequence[int], run_options=None,
+            route: Route | None = None) -> list[Any]:
+        """Values of the ``want`` slots after walking the steps (``route``'s when given)."""
         # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings
         with np.errstate(all="ignore"):
-            return self._run(feeds, want, run_options)
+            return self._run(feeds, want, run_options, route)
 
-    def _run(self, feeds: dict[int, Any], want: list[int], run_options) -> list[Any]:
+    def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None = None) -> list[Any]:
         frame = self.template.copy()
+        steps = self.steps
+        if route is not None:
+            frame.extend([None] * (route.size - len(frame)))
+            steps = route.steps
         for s, v in feeds.items():
             frame[s] = v
-        for step in self.steps:
+        for step in steps:
             if run_options is not None and run_options.terminate:
                 raise RunTerminated("run() was terminated through RunOptions.terminate")
             try:
@@ -70,6 +103,96 @@ class ExecutionPlan:
                 frame[s] = None
         return [frame[s] for s in want]
 
+    # ------------------------------------------------------------------ routes
+    def route(self, placed: Mapping[str, Device], outputs: Sequence[tuple[str, Device]],
+              copier: Copier) -> Route:
+        """The steps for inputs fed on devices and outputs wanted on devices; cached per layout.
+
+        ``placed``: graph input name -> the (non-host) device its value is fed on. Every slot
+        the plan has for that input is filled from the fed value by a copy at the start, and
+        the plan's own copies of it are dropped: a consumer on the fed device reads it as is.
+        ``outputs``: (name, device) pairs; a value already held on that device (its producer's,
+        or a copy the plan makes anyway) is taken from there, otherwise one copy from the
+        producer's device is appended. Copies nothing needs (such as the final copies to the
+        host of outputs wanted on their producer's device) are left out; every kernel still runs.
+        """
+        key = (tuple(sorted(placed.items(), key=lambda kv: kv[0])), tuple(outputs))
+        found = self._routes.get(key)
+        if found is None:
+            found = self._make_route(placed, outputs, copier)
+            with self._routes_lock:
+                if len(self._routes) >= _MAX_ROUTES:
+                    self._routes.clear()
+                self._routes[key] = found
+        return found
+
+    def _make_route(self, placed: Mapping[str, Device], outputs: Sequence[tuple[str, Device]],
+                    copier: Copier) -> Route:
+        slots = dict(self.slots)
+        size = len(self.template)
+        location = dict(self.location)
+        by_name: dict[str, list[tuple[Device, int]]] = {}
+        for (name, device), s in self.slots.items():
+            by_name.setdefault(name, []).append((device, s))
+
+        head: list[Step] = []
+        filled: set[int] = set()  # slots of placed inputs, all written by ``head``
+        inputs: dict[str, int] = {}
+        for name, device in placed.items():
+            if name not in location:
+                raise InvalidGraph(f"'{name}' is not a value of this plan")
+            if (name, device) not in slots:
+                slots[(name, device)] = size
+                size += 1
+            fed = inputs[name] = slots[(name, device)]
+            filled.add(fed)
+            for other, s in by_name.get(name, ()):
+                filled.add(s)
+                if s != fed:
+                    head.append(_copy_step(copier(device, other), fed, s, f"copy of '{name}' {device} -> {other}"))
+            location[name] = device
+        body = [st for st in self.steps if not (st.copy and st.outs[0] in filled)]
+
+        tail: list[Step] = []
+        want: list[int] = []
+        for name, device in outputs:
+            s = slots.get((name, device))
+            if s is None:
+                src = location[name]
+                s = slots[(name, device)] = size
+                size += 1
+                tail.append(_copy_step(copier(src, device), slots[(name, src)], s,
+                                       f"copy of '{name}' {src} -> {device}"))
+            want.append(s)
+
+        needed = set(want)
+        kept: list[Step] = []
+        for st in reversed(head + body + tail):
+            if st.copy and not needed.intersection(st.outs):
+                continue
+            kept.append(st)
+            needed.update(st.ins)
+        kept.reverse()
+        steps = _with_releases(kept, self.keep | set(want))
+        return Route(tuple(steps), size, inputs, tuple(want))
+
+
+def _copy_step(copy: Callable[[Any], Any], src: int, dst: int, label: str) -> Step:
+    return Step(lambda v, _c=copy: (_c(v),), (src,), (dst,), (), label, copy=True)
+
+
+def _with_releases(steps: Sequence[Step], keep: set[int] | frozenset[int]) -> list[Step]:
+    """The steps with each slot not in ``keep`` released after its last reader or writer."""
+    last_use: dict[int, int] = {}
+    for k, step in enumerate(steps):
+        for s in (*step.ins, *step.outs):
+            last_use[s] = k
+    releases: dict[int, list[int]] = {}
+    for s, k in last_use.items():
+        if s not in keep:
+            releases.setdefault(k, []).append(s)
+    return [replace(st, release=tuple(releases.get(k, ()))) for k, st in enumerate(steps)]
+
 
 class PlanBuilder:
     """Accumulates steps in execution order, then computes release points."""
@@ -78,6 +201,7 @@ class PlanBuilder:
         self.plan = ExecutionPlan()
         self.location: dict[str, Device] = {}  # where each value is first produced
         self.copies: dict[tuple[str, Device], int] = {}
+        self.constants: set[str] = set()  # initializers no feed can override
         self.keep: set[int] = set()
 
     def define(self, name: str, device: Device = HOST, value: Any = None) -> int:
@@ -100,25 +224,25 @@ class PlanBuilder:
                 raise InvalidGraph(f"{label}: no data transfer to move '{name}' from {src} to {device}")
             src_slot = self.plan.slots[(name, src)]
             dst_slot = self.plan.slot(name, device)
+            if name in self.constants:
+                # a constant crosses once, at build time: the device copy lives in the template
+                self.plan.template[dst_slot] = transfer.copy(self.plan.template[src_slot], src, device)
+                self.copies[key] = dst_slot
+                return dst_slot
             self.add(lambda v, _t=transfer, _s=src, _d=device: (_t.copy(v, _s, _d),), (src_slot,), (dst_slot,),
-                     f"copy of '{name}' {src} -> {device}")
+                     f"copy of '{name}' {src} -> {device}", copy=True)
             self.copies[key] = dst_slot
         return self.copies[key]
 
-    def add(self, kernel, ins, outs, label: str) -> None:
-        self.plan.steps.append(Step(kernel, tuple(ins), tuple(outs), (), label))
+    def add(self, kernel, ins, outs, label: str, copy: bool = False) -> None:
+        """Append a step; ``copy=True`` marks a device copy (one input, one output) that a Route
+        may leave out when nothing needs its result."""
+        self.plan.steps.append(Step(kernel, tuple(ins), tuple(outs), (), label, copy))
 
     def finish(self) -> ExecutionPlan:
-        last_use: dict[int, int] = {}
-        for k, step in enumerate(self.plan.steps):
-            for s in (*step.ins, *step.outs):
-                last_use[s] = k
-        releases: dict[int, list[int]] = {}
-        for s, k in last_use.items():
-            if s not in self.keep:
-                releases.setdefault(k, []).append(s)
-        self.plan.steps = [Step(st.kernel, st.ins, st.outs, tuple(releases.get(k, ())), st.label)
-                           for k, st in enumerate(self.plan.steps)]
+        self.plan.steps = _with_releases(self.plan.steps, self.keep)
+        self.plan.location = dict(self.location)
+        self.plan.keep = frozenset(self.keep)
         return self.plan
 
 

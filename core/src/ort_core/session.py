@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .customops import CustomOpRegistry, global_registry, infer_static_types
-from .errors import InvalidArgument, InvalidGraph, OrtError, OrtWarning, PluginError
+from .errors import InvalidArgument, InvalidGraph, NotImplementedOp, OrtError, OrtWarning, PluginError
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .ir import Model, load_model
 from .memory.device import HOST
@@ -23,6 +23,11 @@ from .partition.partitioner import topological_order
 from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, get_registry
 from .plugins.types import FusedSubgraph, constant_initializers
+
+STRICT_KEY = "session.disable_cpu_ep_fallback"
+"""Session config entry (onnxruntime's name): "1" makes every fallback an error — a requested
+provider that is missing or unavailable, a plugin that fails, and any node left to the CPU
+provider when the CPU provider was not requested explicitly."""
 
 CHECK_OUTPUTS_KEY = "ort_core.check_kernel_outputs"
 """Session config entry: "1" makes every kernel's outputs be checked against the model's static
@@ -46,7 +51,9 @@ class InferenceSession:
         self._model: Model = load_model(path_or_bytes)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         registry = get_registry()
-        self._providers, self._provider_options = _resolve_providers(registry, providers, provider_options)
+        self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
+        self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
+            registry, providers, provider_options, self._strict)
         topological_order(self._model.graph)  # refuses cycles before any pass walks the graph
         self._optimizer_stats = optimize(self._model, int(self._sess_options.graph_optimization_level),
                                          _cpu_evaluator(registry, self._model))
@@ -63,7 +70,7 @@ class InferenceSession:
                 return self._build(registry)
             except PluginError as e:
                 culprit = next((p for p in self._providers if p != CPU and f"'{p}'" in str(e)), None)
-                if culprit is None:
+                if culprit is None or self._strict:
                     raise
                 warnings.warn(f"{e}; falling back without '{culprit}'", OrtWarning, stacklevel=3)
                 self._providers.remove(culprit)
@@ -72,8 +79,10 @@ class InferenceSession:
         model, graph = self._model, self._model.graph
         self._check_opsets()
         part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
-                         self._custom_ops)
+                         self._custom_ops, strict=self._strict)
         self._partition = part
+        if self._strict and not self._cpu_explicit:
+            _refuse_cpu_fallback(graph, part)
         if any(p != CPU for p in self._providers):
             warnings.warn("provider assignment: " + " | ".join(part.summary(graph, self._providers)),
                           OrtWarning, stacklevel=3)
@@ -81,6 +90,7 @@ class InferenceSession:
         b = PlanBuilder()
         inits = graph.initializers
         overridable = {v.name for v in graph.inputs if v.name in inits}
+        b.constants = set(constant_initializers(graph))
         for name, value in inits.items():
             b.define(name, HOST, value)
         for v in graph.inputs:
@@ -192,13 +202,20 @@ class InferenceSession:
                                    tuple(n.id for n in sg.nodes))
                 for p, sg in self._partition.subgraphs]
 
+    def explain(self) -> str:
+        """The partition as text: subgraphs per provider, declined nodes with reasons, copies."""
+        from .placement import explain
+
+        return explain(self)
+
     def get_session_options(self) -> SessionOptions:
         return self._sess_options
 
     def set_providers(self, providers=None, provider_options=None) -> None:
         """Rebuild the session for another provider list (as onnxruntime allows)."""
         registry = get_registry()
-        self._providers, self._provider_options = _resolve_providers(registry, providers, provider_options)
+        self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
+            registry, providers, provider_options, self._strict)
         self._build_with_fallback(registry)
 
     def end_profiling(self) -> str:
@@ -240,16 +257,37 @@ def _transfers_between_devices(registry, subgraphs):
         if not device.is_host and device not in owners:
             owners[device] = registry.data_transfer(provider)
 
-    def transfer(src, dst):
-        if src is None or src == dst:
-            return None
+    def direct(src, dst):
         for device in (dst, src):
             t = owners.get(device)
             if t is not None and t.can_copy(src, dst):
                 return t
         return None
 
+    def transfer(src, dst):
+        if src is None or src == dst:
+            return None
+        t = direct(src, dst)
+        if t is None and not src.is_host and not dst.is_host:
+            down, up = direct(src, HOST), direct(HOST, dst)
+            if down is not None and up is not None:
+                return StagedTransfer(down, up)
+        return t
+
     return transfer
+
+
+class StagedTransfer:
+    """Copies between two devices no single transfer connects, through host memory."""
+
+    def __init__(self, down, up) -> None:
+        self.down, self.up = down, up
+
+    def can_copy(self, src, dst) -> bool:
+        return self.down.can_copy(src, HOST) and self.up.can_copy(HOST, dst)
+
+    def copy(self, value, src, dst):
+        return self.up.copy(self.down.copy(value, src, HOST), HOST, dst)
 
 
 def _describe(sub) -> str:
@@ -258,8 +296,26 @@ def _describe(sub) -> str:
     return f"subgraph '{sub.name}' ({len(sub.nodes)} nodes)"
 
 
-def _resolve_providers(registry, providers, provider_options) -> tuple[list[str], dict[str, dict]]:
-    """Validate the user's provider list; skip unknown/unavailable ones with a warning."""
+def _refuse_cpu_fallback(graph, part) -> None:
+    """Strict mode: nodes no requested provider claimed are an error, not a CPU fallback."""
+    left = [nid for nid, p in part.assignment.items() if p == CPU]
+    if not left:
+        return
+    lines = []
+    for nid in left[:10]:
+        node = graph.node_by_id(nid)
+        reasons = "; ".join(f"{p}: {r[nid]}" for p, r in part.declined.items() if nid in r and p != CPU)
+        lines.append(f"  {node.label}: {reasons or 'not claimed'}")
+    more = f"\n  ... and {len(left) - 10} more" if len(left) > 10 else ""
+    raise NotImplementedOp(f"{STRICT_KEY}=1 and {len(left)} node(s) would fall back to {CPU}:\n"
+                           + "\n".join(lines) + more)
+
+
+def _resolve_providers(registry, providers, provider_options, strict: bool = False):
+    """Validate the user's provider list -> (names, options per name, CPU requested explicitly).
+
+    Unknown or unavailable providers are skipped with a warning, or refused in strict mode.
+    """
     if providers is None:
         providers = [CPU]
     if isinstance(providers, str):
@@ -281,6 +337,9 @@ def _resolve_providers(registry, providers, provider_options) -> tuple[list[str]
         if not isinstance(opts, dict):
             raise InvalidArgument(f"options for provider '{name}' must be a dict, got {type(opts).__name__}")
         reg = registry.providers.get(name)
+        if strict and (reg is None or not reg.info.available):
+            why = "is not installed" if reg is None else f"is unavailable: {reg.info.reason}"
+            raise InvalidArgument(f"provider '{name}' {why} ({STRICT_KEY}=1 refuses to fall back)")
         if reg is None:
             warnings.warn(f"provider '{name}' is not installed (known: {sorted(registry.providers)}); "
                           "skipping it", OrtWarning, stacklevel=4)
@@ -293,8 +352,9 @@ def _resolve_providers(registry, providers, provider_options) -> tuple[list[str]
             continue
         resolved.append(name)
         options[name] = {str(key): v for key, v in (opts or {}).items()}
-    if CPU not in resolved:
+    explicit = CPU in resolved
+    if not explicit:
         resolved.append(CPU)
         options[CPU] = {}
-    return resolved, options
+    return resolved, options, explicit
 

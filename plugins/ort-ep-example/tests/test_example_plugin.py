@@ -143,8 +143,9 @@ def test_mixed_model_partitions_and_matches_cpu_and_numpy(dtype):
     sess = session(model, sess_options=checked)
     info = sess.get_provider_graph_assignment_info()
     assert providers_of(sess) == [NAME, CPU, NAME, CPU, NAME]
+    # Tanh only needs 'a', so the partitioner keeps it in the first group (longest runs)
     assert [a.op_types for a in info if a.provider == NAME] == [
-        ("MatMul", "Add", "Relu"), ("Sigmoid", "Tanh", "Sub"), ("Exp", "Neg", "Abs", "Div")]
+        ("MatMul", "Add", "Relu", "Tanh"), ("Sigmoid", "Sub"), ("Exp", "Neg", "Abs", "Div")]
     feed = feeds(dtype)
     got = sess.run(None, feed)
     cpu = session(model, [CPU]).run(None, feed)

@@ -7,6 +7,7 @@ one subgraph per node. Compiling and executing are the session's job, not this m
 
 from __future__ import annotations
 
+import heapq
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ class Partition:
     subgraphs: list[tuple[str, FusedSubgraph]]  # (provider, subgraph)
     declined: dict[str, dict[int, str]] = field(default_factory=dict)  # provider -> id -> reason
     assignment: dict[int, str] = field(default_factory=dict)  # node id -> provider
+    fused: dict[str, bool] = field(default_factory=dict)  # provider -> fuses its nodes
 
     def summary(self, graph: Graph, providers: list[str]) -> list[str]:
         """One line per provider: how many nodes it took and which op types it declined."""
@@ -40,7 +42,7 @@ class Partition:
 
 
 def partition(graph: Graph, opsets: dict[str, int], providers: list[str], registry,
-              options: dict[str, dict], custom_ops=None) -> Partition:
+              options: dict[str, dict], custom_ops=None, strict: bool = False) -> Partition:
     """Assign nodes to ``providers`` (priority order) through the registry's hooks.
 
     ``custom_ops`` (a CustomOpRegistry) is shown to providers in the graph views and subgraphs.
@@ -56,6 +58,8 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list[str], regist
         try:
             cap = registry.get_capability(p, view, options.get(p, {}))
         except PluginError as e:
+            if strict:
+                raise
             warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=4)
             continue
         fuse[p] = cap.fuse
@@ -66,6 +70,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list[str], regist
         unassigned = [i for i in unassigned if i not in taken]
     if unassigned:
         raise NotImplementedOp(_unassigned_message(graph, unassigned, result.declined, opsets, custom_ops))
+    result.fused = dict(fuse)
     result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse)
     for _, sub in result.subgraphs:
         sub.custom_ops = custom_ops
@@ -100,13 +105,7 @@ def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[i
 
 def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: dict[int, str],
          fuse: dict[str, bool]) -> list[tuple[str, FusedSubgraph]]:
-    groups: list[tuple[str, list[Node]]] = []
-    for node in order:
-        p = assignment[node.id]
-        if groups and groups[-1][0] == p and fuse.get(p, True):
-            groups[-1][1].append(node)
-        else:
-            groups.append((p, [node]))
+    groups = _group(graph, order, assignment, fuse)
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
     constants = constant_initializers(graph)
@@ -114,6 +113,54 @@ def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: di
     for k, (p, nodes) in enumerate(groups):
         out.append((p, _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants)))
     return out
+
+
+def _group(graph: Graph, order: list[Node], assignment: dict[int, str],
+           fuse: dict[str, bool]) -> list[tuple[str, list[Node]]]:
+    """Cut the assigned nodes into groups: runs of one provider in a topological order.
+
+    Any run of consecutive nodes in a topological order is a valid fused subgraph (every path
+    between two of its nodes stays inside it), so the order is built to make runs long: while a
+    fusing provider's group is open, its ready nodes are taken first; otherwise ready nodes of
+    non-fusing providers go first (running them unblocks more nodes for the next group), then the
+    earliest ready node in the model's own order.
+    """
+    index = {n.id: k for k, n in enumerate(order)}
+    producers = graph.producers()
+    succs: dict[int, set[int]] = {n.id: set() for n in order}
+    indeg: dict[int, int] = {}
+    for n in order:
+        preds = {producers[i].id for i in set(n.inputs) | outer_scope_reads(n)
+                 if i in producers and producers[i] is not n}
+        indeg[n.id] = len(preds)
+        for p in preds:
+            succs[p].add(n.id)
+    ready: dict[str, list[tuple[int, int]]] = {}
+    for n in order:
+        if indeg[n.id] == 0:
+            heapq.heappush(ready.setdefault(assignment[n.id], []), (index[n.id], n.id))
+    by_id = {n.id: n for n in order}
+    groups: list[tuple[str, list[Node]]] = []
+    current: str | None = None
+    for _ in range(len(order)):
+        if current is not None and fuse.get(current, True) and ready.get(current):
+            provider = current
+        else:
+            # non-fusing providers first (False sorts before True), then model order
+            candidates = [(fuse.get(p, True), q[0][0], p) for p, q in ready.items() if q]
+            provider = min(candidates)[2]
+        _, nid = heapq.heappop(ready[provider])
+        node = by_id[nid]
+        if provider == current and fuse.get(provider, True) and groups:
+            groups[-1][1].append(node)
+        else:
+            groups.append((provider, [node]))
+        current = provider
+        for s in succs[nid]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                heapq.heappush(ready.setdefault(assignment[s], []), (index[s], s))
+    return groups
 
 
 def _subgraph(graph, opsets, name, nodes, consumers, graph_outputs, constants) -> FusedSubgraph:

@@ -8,7 +8,8 @@ memory. Kernels themselves live in ``ops/``.
 from __future__ import annotations
 
 from ...errors import KernelError
-from ...memory import HOST, HostAllocator, HostDataTransfer
+from ...memory import HOST, HostDataTransfer
+from ...memory.arena import host_arena
 from ...plugins import Capability, ProviderInfo, hookimpl
 from . import ops  # noqa: F401  (importing registers the kernels)
 from .registry import lookup, outer_scope_names
@@ -75,7 +76,7 @@ def _adapt(kernel, node, inputs, outputs):
 
 @hookimpl
 def ort_allocator(provider, device):
-    return HostAllocator()
+    return host_arena()
 
 
 @hookimpl
