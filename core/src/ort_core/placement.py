@@ -12,7 +12,7 @@ def explain(session) -> str:
     providers = session.get_providers()
     lines = [f"model: {session._model.source} ({len(graph.nodes)} nodes after optimization)",
              f"providers (priority order): {', '.join(providers)}",
-             "assignment: " + " | ".join(part.summary(graph, providers)),
+             "assignment:", *["  " + line for line in part.summary(graph, providers)],
              "", "subgraphs, in execution order:"]
     k = 0
     subgraphs = part.subgraphs

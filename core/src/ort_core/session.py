@@ -84,8 +84,8 @@ class InferenceSession:
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)
         if any(p != CPU for p in self._providers):
-            warnings.warn("provider assignment: " + " | ".join(part.summary(graph, self._providers)),
-                          OrtWarning, stacklevel=3)
+            warnings.warn("provider assignment:\n" + "\n".join("  " + line for line in part.summary(
+                graph, self._providers)), OrtWarning, stacklevel=3)
 
         b = PlanBuilder()
         inits = graph.initializers
