@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 from ..ir.graph import Model
 from .constant_folding import fold_constants
+from .conv_fold import fold_into_conv
 from .dead_code import eliminate_dead_code
+from .identity import remove_identities
 
 BASIC = 1
 
@@ -20,6 +22,8 @@ def optimize(model: Model, level: int, evaluate: Callable) -> dict[str, int]:
     """Run the passes enabled at ``level`` (a GraphOptimizationLevel); returns counts per pass."""
     stats: dict[str, int] = {}
     if level >= BASIC:
+        stats["identity_removal"] = remove_identities(model.graph)
         stats["constant_folding"] = fold_constants(model, evaluate)
+        stats["conv_folding"] = fold_into_conv(model.graph)
         stats["dead_code"] = eliminate_dead_code(model.graph)
     return stats

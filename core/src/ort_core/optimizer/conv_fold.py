@@ -1,0 +1,114 @@
+"""Fold constant per-channel arithmetic into the preceding Conv: BatchNormalization (inference),
+Mul by a per-channel scale, Add of a per-channel bias.
+
+Needs the Conv's weights and bias and the other operand to be constant initializers and the Conv's
+output to feed only that node; float32/float64 only. Other patterns are left alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Node
+from .rewrite import consumers_of, fresh_name, protected_names
+
+
+def fold_into_conv(graph: Graph) -> int:
+    folded = 0
+    changed = True
+    while changed:  # Conv+BN+Mul+Add chains fold one step at a time
+        changed = False
+        constants = _constants(graph)
+        protected = protected_names(graph)
+        for node in list(graph.nodes):
+            conv = _foldable_conv(graph, node, constants, protected)
+            if conv is None:
+                continue
+            scale_shift = _scale_shift(node, constants, conv)
+            if scale_shift is None:
+                continue
+            _apply(graph, conv, node, *scale_shift)
+            folded += 1
+            changed = True
+            break
+    return folded
+
+
+def _constants(graph: Graph) -> dict:
+    feedable = {v.name for v in graph.inputs}
+    return {k: v for k, v in graph.initializers.items() if k not in feedable}
+
+
+def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str]) -> Node | None:
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("BatchNormalization", "Mul", "Add"):
+        return None
+    x = node.inputs[0] if node.op_type == "BatchNormalization" else _other_than_constant(node, constants)
+    if x is None:
+        return None
+    conv = next((n for n in graph.nodes if x in n.outputs), None)
+    if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or x in protected:
+        return None
+    if len(consumers_of(graph, x)) != 1 or conv.inputs[1] not in constants:
+        return None
+    if len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in constants:
+        return None
+    if constants[conv.inputs[1]].dtype not in (np.float32, np.float64):
+        return None
+    return conv
+
+
+def _other_than_constant(node: Node, constants: dict) -> str | None:
+    a, b = node.inputs[:2]
+    if b in constants and a not in constants:
+        return a
+    if a in constants and b not in constants:
+        return b
+    return None
+
+
+def _per_channel(value: np.ndarray, channels: int, rank: int) -> np.ndarray | None:
+    """A constant broadcast against a Conv output (N, C, spatial...) as one value per channel."""
+    v = np.asarray(value)
+    if v.ndim > rank:
+        return None
+    shape = (1,) * (rank - v.ndim) + v.shape
+    if shape[0] != 1 or any(d != 1 for d in shape[2:]) or shape[1] not in (1, channels):
+        return None
+    return np.broadcast_to(v.reshape(-1) if v.size > 1 else v.reshape(1), (channels,))
+
+
+def _scale_shift(node: Node, constants: dict, conv: Node):
+    """(scale, shift) per output channel, so that node(conv(x)) == conv(x) * scale + shift."""
+    w = constants[conv.inputs[1]]
+    channels, rank = w.shape[0], w.ndim
+    if node.op_type == "BatchNormalization":
+        if node.attr("training_mode", 0) or node.attr("spatial", 1) != 1 or node.attr("is_test", 1) == 0:
+            return None
+        if any(o for o in node.outputs[1:]) or not all(i in constants for i in node.inputs[1:5]):
+            return None
+        gamma, beta, mean, var = (constants[i].astype(np.float64) for i in node.inputs[1:5])
+        inv = gamma / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
+        return inv, beta - mean * inv
+    other = node.inputs[1] if node.inputs[0] not in constants else node.inputs[0]
+    per = _per_channel(constants[other], channels, rank)
+    if per is None or constants[other].dtype != w.dtype:
+        return None
+    per = per.astype(np.float64)
+    if node.op_type == "Mul":
+        return per, np.zeros(channels)
+    return np.ones(channels), per
+
+
+def _apply(graph: Graph, conv: Node, node: Node, scale: np.ndarray, shift: np.ndarray) -> None:
+    w = graph.initializers[conv.inputs[1]]
+    dtype = w.dtype
+    bias = graph.initializers[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
+    new_w = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
+    new_b = (bias.astype(np.float64) * scale + shift).astype(dtype)
+    w_name = fresh_name(graph, f"{conv.inputs[1]}_folded")
+    graph.initializers[w_name] = new_w
+    b_name = fresh_name(graph, f"{conv.name or 'conv'}_bias_folded")
+    graph.initializers[b_name] = new_b
+    conv.inputs = [conv.inputs[0], w_name, b_name]
+    conv.outputs = [node.outputs[0]]
+    graph.nodes = [n for n in graph.nodes if n is not node]

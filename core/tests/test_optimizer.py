@@ -1,0 +1,106 @@
+"""Optimizer passes: each one fires where it should and never changes results.
+
+Equivalence is checked against the same model run with ORT_DISABLE_ALL, on small targeted
+graphs and on the onnx wheel's models.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+
+from .conftest import ONNX_DATA, make_model
+
+
+def run_both(model, feeds):
+    off = ort.SessionOptions()
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    plain = ort.InferenceSession(model, off)
+    opt = ort.InferenceSession(model)
+    return plain.run(None, feeds), opt.run(None, feeds), opt
+
+
+def conv_chain_model(with_bn=True):
+    rng = np.random.default_rng(1)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "gamma"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "beta"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "mean"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), "var"),
+             numpy_helper.from_array(rng.standard_normal((4, 1, 1)).astype(np.float32), "scale"),
+             numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "shift")]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c", "gamma", "beta", "mean", "var"], ["n"], name="bn",
+                              epsilon=1e-3),
+             helper.make_node("Mul", ["n", "scale"], ["m"], name="mul"),
+             helper.make_node("Add", ["shift", "m"], ["a"], name="add"),
+             helper.make_node("Identity", ["a"], ["i"], name="ident"),
+             helper.make_node("Dropout", ["i"], ["d"], name="drop"),
+             helper.make_node("Relu", ["d"], ["y"], name="relu")]
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
+
+
+def test_conv_bn_mul_add_identity_dropout_fold_to_conv_relu():
+    x = np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ref,), (got,), sess = run_both(conv_chain_model(), {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+    assert ops == ["Conv", "Relu"]
+    assert sess._optimizer_stats["conv_folding"] == 3 and sess._optimizer_stats["identity_removal"] == 2
+
+
+def test_conv_output_read_twice_is_not_folded():
+    model = conv_chain_model()
+    model.graph.node.append(helper.make_node("Neg", ["c"], ["extra"], name="neg"))
+    model.graph.output.append(helper.make_tensor_value_info("extra", TensorProto.FLOAT, [1, 4, 8, 8]))
+    x = np.ones((1, 3, 8, 8), np.float32)
+    ref, got, sess = run_both(model, {"x": x})
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
+    assert "BatchNormalization" in [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+
+
+def test_identity_that_is_a_graph_output_stays():
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    (ref,), (got,), sess = run_both(model, {"x": np.array([1, 2], np.float32)})
+    np.testing.assert_array_equal(got, ref)
+    assert sess.get_outputs()[0].name == "y"
+
+
+def test_training_dropout_is_kept():
+    t = numpy_helper.from_array(np.array(True), "train")
+    r = numpy_helper.from_array(np.array(0.5, np.float32), "ratio")
+    model = make_model([helper.make_node("Dropout", ["x", "ratio", "train"], ["d"], seed=3),
+                        helper.make_node("Relu", ["d"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64])], [t, r])
+    sess = ort.InferenceSession(model)
+    assert sess._optimizer_stats["identity_removal"] == 0
+    (y,) = sess.run(None, {"x": np.ones(64, np.float32)})
+    assert set(np.unique(y)) <= {0.0, 2.0} and 0 < np.count_nonzero(y) < 64
+
+
+MODELS = sorted(glob.glob(os.path.join(ONNX_DATA, "light", "*.onnx")))
+
+
+@pytest.mark.parametrize("path", MODELS, ids=lambda p: os.path.basename(p)[6:-5])
+def test_light_models_same_outputs_with_and_without_optimizations(path):
+    model = onnx.load(path)
+    sess = ort.InferenceSession(model)
+    rng = np.random.default_rng(0)
+    feeds = {a.name: rng.random([d if isinstance(d, int) else 1 for d in a.shape]).astype(np.float32)
+             for a in sess.get_inputs()}
+    ref, got, _ = run_both(model, feeds)
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
