@@ -104,3 +104,37 @@ def test_light_models_same_outputs_with_and_without_optimizations(path):
     ref, got, _ = run_both(model, feeds)
     for a, b in zip(ref, got):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-6)
+
+
+def test_common_subexpressions_compute_once():
+    nodes = [helper.make_node("Exp", ["x"], ["e1"]), helper.make_node("Exp", ["x"], ["e2"]),
+             helper.make_node("Add", ["e1", "e2"], ["y"]),
+             helper.make_node("RandomUniformLike", ["x"], ["r1"], seed=1.0),
+             helper.make_node("RandomUniformLike", ["x"], ["r2"], seed=1.0),
+             helper.make_node("Sub", ["r1", "r2"], ["z"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5]),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, [5])])
+    x = np.linspace(-1, 1, 5, dtype=np.float32)
+    ref, got, sess = run_both(model, {"x": x})
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-6)
+    assert sess._optimizer_stats["common_subexpressions"] == 1  # the Exps merge, the random ops do not
+
+
+def test_transpose_and_reshape_chains():
+    shape = numpy_helper.from_array(np.array([6, 4], np.int64), "s2")
+    shape1 = numpy_helper.from_array(np.array([4, 6], np.int64), "s1")
+    nodes = [helper.make_node("Transpose", ["x"], ["t1"], perm=[1, 0, 2]),
+             helper.make_node("Transpose", ["t1"], ["t2"], perm=[1, 0, 2]),   # identity overall
+             helper.make_node("Transpose", ["t2"], ["t3"], perm=[2, 0, 1]),
+             helper.make_node("Transpose", ["t3"], ["t4"], perm=[0, 2, 1]),   # composes to one
+             helper.make_node("Reshape", ["t4", "s1"], ["r1"]),
+             helper.make_node("Reshape", ["r1", "s2"], ["r2"]),
+             helper.make_node("Cast", ["r2"], ["y"], to=TensorProto.FLOAT)]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])], [shape, shape1])
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    (ref,), (got,), sess = run_both(model, {"x": x})
+    np.testing.assert_array_equal(got, ref)
+    ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+    assert ops == ["Transpose", "Reshape", "Cast"]  # the last Cast is a graph output: kept

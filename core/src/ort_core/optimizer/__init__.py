@@ -11,7 +11,9 @@ from collections.abc import Callable
 
 from ..ir.graph import Model
 from .constant_folding import fold_constants
+from .chains import simplify_chains
 from .conv_fold import fold_into_conv
+from .cse import eliminate_common_subexpressions
 from .dead_code import eliminate_dead_code
 from .identity import remove_identities
 
@@ -23,7 +25,9 @@ def optimize(model: Model, level: int, evaluate: Callable) -> dict[str, int]:
     stats: dict[str, int] = {}
     if level >= BASIC:
         stats["identity_removal"] = remove_identities(model.graph)
+        stats["common_subexpressions"] = eliminate_common_subexpressions(model.graph)
         stats["constant_folding"] = fold_constants(model, evaluate)
+        stats["chains"] = simplify_chains(model.graph)
         stats["conv_folding"] = fold_into_conv(model.graph)
         stats["dead_code"] = eliminate_dead_code(model.graph)
     return stats

@@ -1,0 +1,77 @@
+"""Simplify chains of layout ops: Transpose∘Transpose composes (and vanishes when it is the
+identity), Reshape∘Reshape keeps only the last one, Cast to the type a value already has vanishes.
+
+Only rewrites where the intermediate value has no other reader and is not a graph output; Reshape
+targets containing 0 (copy a dim from the intermediate) and non-constant shapes are left alone.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Graph, Node
+from .rewrite import consumers_of, protected_names, rename_uses
+
+
+def simplify_chains(graph: Graph) -> int:
+    count = 0
+    changed = True
+    while changed:
+        changed = False
+        protected = protected_names(graph)
+        producers = graph.producers()
+        for node in list(graph.nodes):
+            if node.domain not in ("", "ai.onnx") or not node.inputs or not node.inputs[0]:
+                continue
+            inner = producers.get(node.inputs[0])
+            if node.op_type == "Cast" and _cast_is_noop(graph, node):
+                if node.outputs[0] in protected:
+                    continue
+                rename_uses(graph, node.outputs[0], node.inputs[0])
+                graph.nodes = [n for n in graph.nodes if n is not node]
+            elif inner is None or inner.outputs[0] in protected or len(consumers_of(graph, inner.outputs[0])) != 1:
+                continue
+            elif node.op_type == "Transpose" and inner.op_type == "Transpose" and inner.domain in ("", "ai.onnx"):
+                if not _compose_transposes(graph, inner, node, protected):
+                    continue
+            elif node.op_type == "Reshape" and inner.op_type == "Reshape" and inner.domain in ("", "ai.onnx"):
+                if not _skip_inner_reshape(graph, inner, node):
+                    continue
+            else:
+                continue
+            count += 1
+            changed = True
+            break
+    return count
+
+
+def _cast_is_noop(graph: Graph, node: Node) -> bool:
+    t = graph.type_of(node.inputs[0])
+    return t is not None and t.kind == "tensor" and t.elem_type == node.attr("to") and t.elem_type != 0
+
+
+def _compose_transposes(graph: Graph, inner: Node, outer: Node, protected: set[str]) -> bool:
+    p1, p2 = inner.attr("perm"), outer.attr("perm")
+    if p1 is None or p2 is None or len(p1) != len(p2):
+        return False  # default perms depend on the rank, which may be unknown
+    perm = [p1[i] for i in p2]
+    if perm == sorted(perm) and perm == list(range(len(perm))):
+        if outer.outputs[0] in protected:
+            return False
+        rename_uses(graph, outer.outputs[0], inner.inputs[0])
+        graph.nodes = [n for n in graph.nodes if n is not inner and n is not outer]
+        return True
+    outer.inputs = [inner.inputs[0]]
+    outer.attrs["perm"] = perm
+    graph.nodes = [n for n in graph.nodes if n is not inner]
+    return True
+
+
+def _skip_inner_reshape(graph: Graph, inner: Node, outer: Node) -> bool:
+    shape = graph.initializers.get(outer.inputs[1]) if len(outer.inputs) > 1 else None
+    feedable = {v.name for v in graph.inputs}
+    if shape is None or outer.inputs[1] in feedable or np.any(np.asarray(shape) == 0):
+        return False
+    outer.inputs = [inner.inputs[0], outer.inputs[1]]
+    graph.nodes = [n for n in graph.nodes if n is not inner]
+    return True
