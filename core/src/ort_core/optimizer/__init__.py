@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ..ir.graph import Model
-from .constant_folding import fold_constants
 from .chains import simplify_chains
+from .constant_folding import fold_constants
 from .conv_fold import fold_into_conv
 from .cse import eliminate_common_subexpressions
 from .dead_code import eliminate_dead_code
