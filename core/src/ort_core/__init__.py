@@ -24,6 +24,8 @@ from .errors import (
     RunTerminated,
 )
 from .io_types import ModelMetadata, NodeArg
+from .iobinding import IOBinding
+from .memory.ortvalue import OrtValue
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .session import InferenceSession
 
@@ -73,8 +75,8 @@ def get_version_string() -> str:
 
 __all__ = [
     "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "Fail",
-    "GraphOptimizationLevel", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtWarning",
+    "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
+    "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtValue", "OrtWarning",
     "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "custom_op", "get_all_providers",
     "get_available_providers", "get_device", "get_version_string", "register_custom_op", "unregister_custom_op",
 ]

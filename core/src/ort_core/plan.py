@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidGraph, KernelError, OrtError, RunTerminated
+from .errors import InvalidArgument, InvalidGraph, KernelError, OrtError, RunTerminated
 from .memory.device import HOST, Device
 
 
@@ -43,8 +43,9 @@ class Route:
     want: tuple[int, ...]
 
 
-Copier = Callable[[Device, Device], Callable[[Any], Any]]
-"""copier(src, dst) -> a function copying one value from ``src`` to ``dst`` (raises if none can)."""
+Copier = Callable[[Device, Device], "Callable[[Any], Any] | None"]
+"""copier(src, dst) -> a function copying one value from ``src`` to ``dst`` with a single data
+transfer, or None when no single transfer connects them (a Route then goes through the host)."""
 
 _MAX_ROUTES = 64
 
@@ -113,7 +114,8 @@ class ExecutionPlan:
         the plan's own copies of it are dropped: a consumer on the fed device reads it as is.
         ``outputs``: (name, device) pairs; a value already held on that device (its producer's,
         or a copy the plan makes anyway) is taken from there, otherwise one copy from the
-        producer's device is appended. Copies nothing needs (such as the final copies to the
+        producer's device is appended (two, through the host copy, between devices that no
+        single transfer connects). Copies nothing needs (such as the final copies to the
         host of outputs wanted on their producer's device) are left out; every kernel still runs.
         """
         key = (tuple(sorted(placed.items(), key=lambda kv: kv[0])), tuple(outputs))
@@ -135,35 +137,48 @@ class ExecutionPlan:
         for (name, device), s in self.slots.items():
             by_name.setdefault(name, []).append((device, s))
 
+        def slot(name: str, device: Device) -> int:
+            nonlocal size
+            if (name, device) not in slots:
+                slots[(name, device)] = size
+                size += 1
+            return slots[(name, device)]
+
+        def copy(name: str, src: Device, dst: Device, steps: list[Step]) -> None:
+            """Append the copies filling (name, dst) from (name, src): one, or two via the host."""
+            direct = copier(src, dst)
+            if direct is not None:
+                steps.append(_copy_step(direct, slots[(name, src)], slot(name, dst),
+                                        f"copy of '{name}' {src} -> {dst}"))
+                return
+            if src.is_host or dst.is_host:
+                raise InvalidArgument(f"no data transfer of an installed provider copies '{name}' from {src} to {dst}")
+            if (name, HOST) not in slots:
+                copy(name, src, HOST, steps)
+            copy(name, HOST, dst, steps)
+
         head: list[Step] = []
         filled: set[int] = set()  # slots of placed inputs, all written by ``head``
         inputs: dict[str, int] = {}
         for name, device in placed.items():
             if name not in location:
                 raise InvalidGraph(f"'{name}' is not a value of this plan")
-            if (name, device) not in slots:
-                slots[(name, device)] = size
-                size += 1
-            fed = inputs[name] = slots[(name, device)]
+            fed = inputs[name] = slot(name, device)
             filled.add(fed)
-            for other, s in by_name.get(name, ()):
+            # the host copy first: copies between devices without a direct transfer start from it
+            for other, s in sorted(by_name.get(name, ()), key=lambda ds: not ds[0].is_host):
                 filled.add(s)
                 if s != fed:
-                    head.append(_copy_step(copier(device, other), fed, s, f"copy of '{name}' {device} -> {other}"))
+                    copy(name, device, other, head)
             location[name] = device
         body = [st for st in self.steps if not (st.copy and st.outs[0] in filled)]
 
         tail: list[Step] = []
         want: list[int] = []
         for name, device in outputs:
-            s = slots.get((name, device))
-            if s is None:
-                src = location[name]
-                s = slots[(name, device)] = size
-                size += 1
-                tail.append(_copy_step(copier(src, device), slots[(name, src)], s,
-                                       f"copy of '{name}' {src} -> {device}"))
-            want.append(s)
+            if (name, device) not in slots:
+                copy(name, location[name], device, tail)
+            want.append(slots[(name, device)])
 
         needed = set(want)
         kept: list[Step] = []

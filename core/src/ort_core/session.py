@@ -228,6 +228,38 @@ class InferenceSession:
     def model_path(self) -> str | None:
         return self._model_path
 
+    # ------------------------------------------------------------ IOBinding
+    def io_binding(self):
+        """An ort_core.IOBinding for this session (inputs/outputs bound to devices)."""
+        from .iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding, run_options: RunOptions | None = None) -> None:
+        """Run with the inputs and outputs bound in ``iobinding``; results go to its get_outputs().
+
+        Inputs bound on a device reach consumers on that device without a copy; outputs bound
+        to the device of the provider producing them are handed over without a copy; other
+        outputs are copied once to the device they are bound to.
+        """
+        if getattr(iobinding, "_session", None) is not self:
+            raise InvalidArgument("run_with_iobinding: the IOBinding was not made by this session's io_binding()")
+        iobinding._store(_run_placed(self, iobinding._inputs, iobinding._layout(), run_options))
+
+    def run_with_ort_values(self, output_names: Sequence[str] | None, input_dict_ort_values: dict[str, Any],
+                            run_options: RunOptions | None = None) -> list[Any]:
+        """Like run(), with OrtValues in and out: outputs are host OrtValues (``output_names`` None:
+        all). Inputs on a device reach consumers on that device without a host round trip."""
+        from .memory.ortvalue import OrtValue
+
+        if not isinstance(input_dict_ort_values, dict):
+            raise InvalidArgument(f"input_dict_ort_values must be a dict of input name -> OrtValue, "
+                                  f"got {type(input_dict_ort_values).__name__}")
+        inputs = {n: v if isinstance(v, OrtValue) else OrtValue(v, HOST) for n, v in input_dict_ort_values.items()}
+        names = list(self._output_slots) if output_names is None else list(output_names)
+        values = _run_placed(self, inputs, [(n, HOST) for n in names], run_options)
+        return [OrtValue(v, HOST) for v in values]
+
 
 def _cpu_evaluator(registry, model: Model):
     """evaluate(node, inputs) -> outputs through the CPU provider's compile hook (for folding)."""
@@ -358,3 +390,47 @@ def _resolve_providers(registry, providers, provider_options, strict: bool = Fal
         options[CPU] = {}
     return resolved, options, explicit
 
+
+def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tuple[str, Any]],
+                run_options: RunOptions | None) -> list[Any]:
+    """Run ``sess`` on OrtValues (name -> OrtValue, any device) for outputs wanted on devices.
+
+    Host inputs are checked and fed as run() feeds them; device inputs are fed where they are
+    and the plan is re-targeted (ExecutionPlan.route) so that only the copies they and the
+    wanted output devices need are made. Returns one value per ``outputs`` entry, on its device.
+    """
+    from .iobinding import checked_input
+    from .memory.ortvalue import direct_copier
+
+    feeds: dict[int, Any] = {}
+    placed: dict[str, Any] = {}
+    on_device: dict[str, Any] = {}
+    for name, ortvalue in inputs.items():
+        arg = sess._feedable.get(name)
+        if arg is None:
+            raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
+                                  f"{[a.name for a in sess._inputs]}")
+        value = checked_input(arg, ortvalue)
+        if ortvalue.device.is_host:
+            feeds[sess._input_slots[name]] = value
+        else:
+            placed[name] = ortvalue.device
+            on_device[name] = value
+    missing = [n for n in sess._required if n not in inputs]
+    if missing:
+        raise InvalidArgument(f"missing input(s) {missing}; the model requires {sess._required} "
+                              "(bind them before running)")
+    if not outputs:
+        raise InvalidArgument("no output requested: bind at least one output (bind_output)")
+    unknown = [n for n, _ in outputs if n not in sess._output_slots]
+    if unknown:
+        raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
+                              f"{list(sess._output_slots)}")
+    route = sess._plan.route(placed, tuple(outputs), direct_copier)
+    for name, value in on_device.items():
+        feeds[route.inputs[name]] = value
+    results = sess._plan.run(feeds, route.want, run_options, route)
+    for (n, _), r in zip(outputs, results):
+        if r is None and n not in sess._optional_outputs:
+            raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
+    return results

@@ -1,0 +1,272 @@
+"""OrtValue: a value (numpy array on the host, a provider's tensor on its device) and its Device.
+
+Mirrors onnxruntime.OrtValue. Device values are created and read only through the owning
+provider's ``data_transfer`` hook; this module never looks inside a device tensor.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..errors import InvalidArgument, NotImplementedOp
+from .device import HOST, Device
+
+
+class OrtValue:
+    """A tensor (or sequence of tensors) and the device its memory lives on.
+
+    Host values are numpy arrays; ``ortvalue_from_numpy(array)`` aliases the array (no copy, as
+    in onnxruntime), so later writes to either show in both. Values on another device are what
+    that device's provider produces (opaque objects with ``shape`` and ``dtype``); ``numpy()``
+    copies them to the host through the provider's data transfer.
+    """
+
+    __slots__ = ("_value", "_device", "__weakref__")
+
+    def __init__(self, value: Any, device: Device = HOST) -> None:
+        self._value = value
+        self._device = HOST if device.is_host else device
+
+    # ----------------------------------------------------------------- creation
+    @staticmethod
+    def ortvalue_from_numpy(numpy_obj: Any, device_type: str = "cpu", device_id: int = 0) -> OrtValue:
+        """An OrtValue holding ``numpy_obj``: aliased on 'cpu' (copied only if not C-contiguous),
+        copied to the device through its provider's data transfer otherwise."""
+        device = find_device(device_type, device_id)
+        arr = numpy_obj if isinstance(numpy_obj, np.ndarray) else np.asarray(numpy_obj)
+        if not arr.flags.c_contiguous:
+            arr = arr.copy(order="C")  # keeps 0-d arrays 0-d
+        if device.is_host:
+            return OrtValue(arr, HOST)
+        return OrtValue(copier(HOST, device)(arr), device)
+
+    @staticmethod
+    def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any, device_type: str = "cpu",
+                                     device_id: int = 0) -> OrtValue:
+        """A tensor of ``shape`` and ``element_type`` (a numpy dtype or type, or an ONNX element type
+        number) whose contents are undefined.
+
+        Host memory comes from the CPU provider's allocator (the host arena). For another
+        device a host buffer from the arena is copied there through the provider's data
+        transfer: the contract's device allocators hand out raw buffers, not typed tensors.
+        """
+        device = find_device(device_type, device_id)
+        dtype = to_dtype(element_type)
+        try:
+            shape = tuple(int(d) for d in shape)
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"shape must be a sequence of ints, got {shape!r}") from None
+        if any(d < 0 for d in shape):
+            raise InvalidArgument(f"shape {list(shape)} has a negative dimension")
+        if dtype.kind in "OUS":
+            if not device.is_host:
+                raise InvalidArgument(f"string tensors live on the host only, not on {device}")
+            return OrtValue(np.full(shape, "", dtype=object), HOST)
+        host = _host_empty(shape, dtype)
+        if device.is_host:
+            return OrtValue(host, HOST)
+        return OrtValue(copier(HOST, device)(host), device)
+
+    # ------------------------------------------------------------------ queries
+    def numpy(self) -> Any:
+        """The value as a numpy array: the array itself on the host, a host copy otherwise."""
+        if self._device.is_host or self._value is None:
+            return self._value
+        return copier(self._device, HOST)(self._value)
+
+    def shape(self) -> list[int]:
+        self._need_tensor("shape")
+        return [int(d) for d in self._value.shape]
+
+    def data_type(self) -> str:
+        """The ONNX type string: 'tensor(float)', 'seq(tensor(int64))', ..."""
+        if isinstance(self._value, (list, tuple)):
+            inner = OrtValue(self._value[0]).data_type() if self._value else "tensor(undefined)"
+            return f"seq({inner})"
+        self._need_tensor("data_type")
+        from ..ir.types import elem_type_name
+
+        code = self.element_type()
+        return f"tensor({elem_type_name(code)})"
+
+    def element_type(self) -> int:
+        """The ONNX element type number (onnx.TensorProto.FLOAT is 1), as onnxruntime returns."""
+        self._need_tensor("element_type")
+        from ..ir.types import elem_type_of
+
+        code = elem_type_of(np.dtype(self._value.dtype))
+        if code is None:
+            raise InvalidArgument(f"dtype {self._value.dtype} has no ONNX element type")
+        return code
+
+    def device_name(self) -> str:
+        """The device type: 'cpu', or what the provider declares ('cuda', 'example', ...)."""
+        return self._device.type
+
+    @property
+    def device(self) -> Device:
+        """Where the value lives (an ort_core.memory.Device)."""
+        return self._device
+
+    @property
+    def value(self) -> Any:
+        """The held object itself: a numpy array on the host, the provider's tensor elsewhere."""
+        return self._value
+
+    def is_tensor(self) -> bool:
+        v = self._value
+        return v is not None and not isinstance(v, (list, tuple, dict)) and hasattr(v, "shape") \
+            and hasattr(v, "dtype")
+
+    def is_tensor_sequence(self) -> bool:
+        return isinstance(self._value, (list, tuple))
+
+    def has_value(self) -> bool:
+        return self._value is not None
+
+    def data_ptr(self) -> int:
+        """Address of a host tensor's data. Device addresses are not part of the provider contract."""
+        if not self._device.is_host:
+            raise NotImplementedOp(f"data_ptr() of a value on {self._device}: device addresses are not "
+                                   "exposed by the provider contract")
+        self._need_tensor("data_ptr")
+        return int(self._value.ctypes.data)
+
+    # ----------------------------------------------------------------- updating
+    def update_inplace(self, np_arr: Any) -> None:
+        """Overwrite the contents with ``np_arr`` (same shape and dtype).
+
+        On the host the bytes are written into the existing array. On another device the
+        contract offers no copy into existing memory, so the value is replaced by a fresh
+        device copy of ``np_arr`` (same shape and dtype, possibly another address).
+        """
+        self._need_tensor("update_inplace")
+        arr = np.asarray(np_arr)
+        if arr.dtype != self._value.dtype or tuple(arr.shape) != tuple(self._value.shape):
+            raise InvalidArgument(f"update_inplace: given {arr.dtype} {list(arr.shape)}, the OrtValue holds "
+                                  f"{self._value.dtype} {list(self._value.shape)}")
+        if self._device.is_host:
+            np.copyto(self._value, arr)
+        else:
+            self._value = copier(HOST, self._device)(arr)
+
+    def _set(self, value: Any, device: Device) -> None:
+        """Replace the held value (IOBinding's pre-allocated device outputs)."""
+        self._value, self._device = value, (HOST if device.is_host else device)
+
+    def _need_tensor(self, what: str) -> None:
+        if not self.is_tensor():
+            kind = "no value" if self._value is None else type(self._value).__name__
+            raise InvalidArgument(f"{what}() needs a tensor OrtValue; this one holds {kind}")
+
+    def __repr__(self) -> str:
+        if self.is_tensor():
+            return f"OrtValue({self.data_type()}, shape={self.shape()}, device={self._device})"
+        return f"OrtValue({type(self._value).__name__}, device={self._device})"
+
+
+# --------------------------------------------------------------------- devices
+
+def to_dtype(element_type: Any) -> np.dtype:
+    """numpy dtype of an element type given as a numpy dtype/type or an ONNX element type number."""
+    from ..ir.types import np_dtype
+
+    if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
+        try:
+            return np_dtype(int(element_type))
+        except (KeyError, TypeError, ValueError):
+            raise InvalidArgument(f"unknown ONNX element type {element_type}") from None
+    try:
+        return np.dtype(element_type)
+    except TypeError:
+        raise InvalidArgument(f"element_type must be a numpy dtype or an ONNX element type number, "
+                              f"got {element_type!r}") from None
+
+
+def known_devices() -> dict[Device, str]:
+    """Every device of an installed, available provider -> the first such provider's name."""
+    from ..plugins.manager import CPU, get_registry
+
+    found: dict[Device, str] = {HOST: CPU}
+    for name, reg in get_registry().providers.items():
+        if reg.info.available:
+            for d in reg.info.devices:
+                found.setdefault(HOST if d.is_host else d, name)
+    return found
+
+
+def find_device(device_type: Any, device_id: Any = 0) -> Device:
+    """The Device named by onnxruntime-style ``device_type``/``device_id``; any 'cpu' id is the host."""
+    if isinstance(device_type, Device):
+        device = device_type
+    else:
+        if not isinstance(device_type, str):
+            raise InvalidArgument(f"device_type must be a string such as 'cpu', got {device_type!r}")
+        try:
+            device = Device(device_type.strip().lower(), int(device_id))
+        except (TypeError, ValueError):
+            raise InvalidArgument(f"device_id must be an int, got {device_id!r}") from None
+    if device.is_host:
+        return HOST
+    known = known_devices()
+    if device not in known:
+        names = ", ".join(f"'{d.type}' id {d.id} ({p})" for d, p in known.items())
+        raise InvalidArgument(f"unknown device {device}: no installed, available provider declares it; "
+                              f"known devices: {names}")
+    return device
+
+
+def _transfer(device: Device):
+    from ..plugins.manager import get_registry
+
+    provider = known_devices().get(device)
+    if provider is None:
+        return None
+    return get_registry().data_transfer(provider)
+
+
+def direct_copier(src: Device, dst: Device) -> Callable[[Any], Any] | None:
+    """copy(value) moving a value from ``src`` to ``dst`` with one data transfer, or None.
+
+    Asks the transfer of the provider owning ``dst``, then the one owning ``src``. Host to
+    host is a reference.
+    """
+    if (src.is_host and dst.is_host) or src == dst:
+        return _same
+    for device in (dst, src):
+        if device.is_host:
+            continue
+        t = _transfer(device)
+        if t is not None and t.can_copy(src, dst):
+            return lambda v, _t=t: _t.copy(v, src, dst)
+    return None
+
+
+def copier(src: Device, dst: Device) -> Callable[[Any], Any]:
+    """Like direct_copier, staging through the host between devices no single transfer connects;
+    raises InvalidArgument when no installed provider can copy the pair."""
+    direct = direct_copier(src, dst)
+    if direct is not None:
+        return direct
+    if not src.is_host and not dst.is_host:
+        down, up = direct_copier(src, HOST), direct_copier(HOST, dst)
+        if down is not None and up is not None:
+            return lambda v: up(down(v))
+    raise InvalidArgument(f"no data transfer of an installed provider copies {src} -> {dst}")
+
+
+def _same(value: Any) -> Any:
+    return value
+
+
+def _host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
+    """An uninitialized host array from the CPU provider's allocator (the arena)."""
+    from ..plugins.manager import CPU, get_registry
+    from .protocols import host_array
+
+    alloc = get_registry().allocator(CPU, HOST)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    return host_array(alloc.allocate(nbytes), shape, dtype)
