@@ -387,3 +387,27 @@ def test_concurrent_runs_with_bindings(model, cpu_session):
     for t in threads:
         t.join()
     assert not errors, errors[:3]
+
+
+def test_run_with_a_device_ortvalue_feeds_it_without_a_host_round_trip(monkeypatch):
+    from ort_ep_example import memory as example_memory
+
+    copies = []
+    original = example_memory.ExampleDataTransfer.copy
+
+    def counting(self, value, src, dst):
+        copies.append((str(src), str(dst)))
+        return original(self, value, src, dst)
+
+    monkeypatch.setattr(example_memory.ExampleDataTransfer, "copy", counting)
+    model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(model, providers=["ExampleExecutionProvider"])
+    x = np.array([-1, 2, -3, 4], np.float32)
+    dev = ort.OrtValue.ortvalue_from_numpy(x, "example", 0)
+    copies.clear()
+    (y,) = sess.run(None, {"x": dev})
+    np.testing.assert_array_equal(y, -np.maximum(x, 0))
+    assert copies == [("example:0", "cpu:0")]  # only the output comes down; x never moves
