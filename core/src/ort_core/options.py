@@ -35,10 +35,7 @@ class ExecutionOrder(enum.IntEnum):
 
 
 # attribute -> default; setting these to anything else warns that it has no effect yet
-NOT_YET_APPLIED = {
-    "enable_profiling": False,
-    "optimized_model_filepath": "",
-}
+NOT_YET_APPLIED: dict[str, object] = {}
 
 
 class SessionOptions:

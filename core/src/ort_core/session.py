@@ -7,6 +7,7 @@ plugin plumbing live in their own packages.
 
 from __future__ import annotations
 
+import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -23,6 +24,7 @@ from .partition.partitioner import topological_order
 from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, get_registry
 from .plugins.types import FusedSubgraph, constant_initializers
+from .profiling import Profiler
 
 STRICT_KEY = "session.disable_cpu_ep_fallback"
 """Session config entry (onnxruntime's name): "1" makes every fallback an error — a requested
@@ -48,6 +50,9 @@ class InferenceSession:
                  **kwargs: Any) -> None:
         self._sess_options = sess_options or SessionOptions()
         self._sess_options.warn_unapplied()
+        self._profiler = Profiler(self._sess_options.profile_file_prefix) if self._sess_options.enable_profiling \
+            else None
+        t_start = time.perf_counter_ns()
         self._model: Model = load_model(path_or_bytes)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         registry = get_registry()
@@ -57,10 +62,14 @@ class InferenceSession:
         topological_order(self._model.graph)  # refuses cycles before any pass walks the graph
         self._optimizer_stats = optimize(self._model, int(self._sess_options.graph_optimization_level),
                                          _cpu_evaluator(registry, self._model))
+        if self._sess_options.optimized_model_filepath:
+            _save_optimized(self._model, self._sess_options.optimized_model_filepath)
         # session registrations first, then global ones; a snapshot taken now
         self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
         infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
         self._build_with_fallback(registry)
+        if self._profiler is not None:
+            self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 
     # ------------------------------------------------------------------ build
     def _build_with_fallback(self, registry) -> None:
@@ -125,6 +134,8 @@ class InferenceSession:
             self._output_slots[v.name] = slot
             b.keep.add(slot)
         self._plan = b.finish()
+        if self._profiler is not None:
+            self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
         self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
         self._inputs = [NodeArg.from_value_info(v) for v in graph.inputs if v.name not in inits]
         self._overridable = [NodeArg.from_value_info(v) for v in graph.inputs if v.name in overridable]
@@ -174,7 +185,12 @@ class InferenceSession:
                 raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
                                       f"{list(self._output_slots)}")
             want = [self._output_slots[n] for n in names]
-        results = self._plan.run(feeds, want, run_options)
+        if self._profiler is not None:
+            t0 = time.perf_counter_ns()
+            results = self._plan.run(feeds, want, run_options)
+            self._profiler.record("Session", "model_run", t0, time.perf_counter_ns(), {})
+        else:
+            results = self._plan.run(feeds, want, run_options)
         for n, r in zip(names, results):
             if r is None and n not in self._optional_outputs:
                 raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
@@ -223,10 +239,13 @@ class InferenceSession:
         self._build_with_fallback(registry)
 
     def end_profiling(self) -> str:
-        return ""
+        """Stop profiling and write the Chrome-trace JSON; returns its path ('' when not profiling)."""
+        if self._profiler is None or not self._profiler.active:
+            return ""
+        return self._profiler.write()
 
     def get_profiling_start_time_ns(self) -> int:
-        return 0
+        return self._profiler.wall_start_ns if self._profiler is not None else 0
 
     @property
     def model_path(self) -> str | None:
@@ -263,6 +282,14 @@ class InferenceSession:
         names = list(self._output_slots) if output_names is None else list(output_names)
         values = _run_placed(self, inputs, [(n, HOST) for n in names], run_options)
         return [OrtValue(v, HOST) for v in values]
+
+
+def _save_optimized(model: Model, path: str) -> None:
+    """Write the optimized model; tensors go to a '.data' file beside it past protobuf's 2 GiB."""
+    from .ir import save_model
+
+    total = sum(int(v.nbytes) for v in model.graph.initializers.values())
+    save_model(model, path, external_data_threshold=1024 if total > (1 << 30) else None)
 
 
 def _cpu_evaluator(registry, model: Model):

@@ -1,0 +1,75 @@
+"""Session profiling: per-step timings written as a Chrome-trace JSON, like onnxruntime's.
+
+Wraps the plan's step kernels when ``SessionOptions.enable_profiling`` is set (the plain run path
+stays untouched otherwise) and collects events thread-safely; ``InferenceSession.end_profiling``
+writes the file (open it in chrome://tracing or Perfetto).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import threading
+import time
+
+import numpy as np
+
+
+class Profiler:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix or "onnxruntime_profile_"
+        self.start_ns = time.perf_counter_ns()
+        self.wall_start_ns = time.time_ns()
+        self.events: list[dict] = []
+        self._lock = threading.Lock()
+        self.active = True
+
+    def _us(self, t_ns: int) -> float:
+        return (t_ns - self.start_ns) / 1000.0
+
+    def record(self, cat: str, name: str, t0: int, t1: int, args: dict) -> None:
+        if not self.active:
+            return
+        event = {"cat": cat, "pid": os.getpid(), "tid": threading.get_ident() % 1_000_000, "dur": (t1 - t0) / 1000.0,
+                 "ts": self._us(t0), "ph": "X", "name": name, "args": args}
+        with self._lock:
+            self.events.append(event)
+
+    def wrap_steps(self, steps: list) -> list:
+        return [dataclasses.replace(s, kernel=self._timed(s)) for s in steps]
+
+    def _timed(self, step):
+        kernel, label = step.kernel, step.label
+        node, _, provider = label.rpartition(" on ")
+        op = node[node.rfind("(") + 1:-1] if node.endswith(")") else ("Copy" if label.startswith("copy") else "")
+        name = node or label
+
+        def run(*xs):
+            t0 = time.perf_counter_ns()
+            out = kernel(*xs)
+            t1 = time.perf_counter_ns()
+            self.record("Node", f"{name}_kernel_time", t0, t1, {
+                "op_name": op, "provider": provider or "copy",
+                "input_type_shape": [_type_shape(x) for x in xs],
+                "output_type_shape": [_type_shape(y) for y in out]})
+            return out
+
+        return run
+
+    def write(self) -> str:
+        self.active = False
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(self.wall_start_ns / 1e9))
+        path = os.path.abspath(f"{self.prefix}{stamp}.json")
+        with self._lock:
+            events = list(self.events)
+        with open(path, "w", encoding="utf-8") as f:
+            json.dump(events, f, indent=0)
+        return path
+
+
+def _type_shape(x) -> dict:
+    dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
+    if dtype is None or shape is None:
+        return {type(x).__name__: []}
+    return {str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype: list(shape)}

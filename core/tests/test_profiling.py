@@ -1,0 +1,55 @@
+"""SessionOptions.enable_profiling / end_profiling, and optimized_model_filepath."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import onnx
+
+import ort_core as ort
+from ort_core.cli import demo_input, demo_model_path
+
+from .test_optimizer import conv_chain_model
+
+
+def test_profile_has_one_event_per_node_per_run(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    so.profile_file_prefix = "prof_"
+    sess = ort.InferenceSession(demo_model_path(), so)
+    for _ in range(2):
+        sess.run(None, {"image": demo_input()})
+    path = sess.end_profiling()
+    assert path.startswith(str(tmp_path)) and path.endswith(".json")
+    events = json.loads(open(path).read())
+    nodes = [e for e in events if e["cat"] == "Node"]
+    assert len(nodes) == 2 * 9  # the demo CNN's nine nodes, twice
+    conv = next(e for e in nodes if e["args"]["op_name"] == "Conv")
+    assert conv["ph"] == "X" and conv["dur"] > 0 and conv["args"]["provider"] == "CPUExecutionProvider"
+    assert conv["args"]["input_type_shape"][0] == {"float32": [1, 1, 28, 28]}
+    assert {e["name"] for e in events if e["cat"] == "Session"} == {"session_initialization", "model_run"}
+    assert sess.get_profiling_start_time_ns() > 0
+    assert sess.end_profiling() == ""  # already written
+
+
+def test_no_profiling_by_default():
+    sess = ort.InferenceSession(demo_model_path())
+    assert sess.end_profiling() == ""
+
+
+def test_optimized_model_file_round_trip(tmp_path):
+    path = tmp_path / "opt.onnx"
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(path)
+    model = conv_chain_model()
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ref,) = ort.InferenceSession(model, so).run(None, {"x": x})
+    saved = onnx.load(str(path))
+    onnx.checker.check_model(saved)
+    assert [n.op_type for n in saved.graph.node] == ["Conv", "Relu"]
+    off = ort.SessionOptions()
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    (got,) = ort.InferenceSession(str(path), off).run(None, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
