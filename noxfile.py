@@ -28,8 +28,11 @@ REPORTS = "reports"
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run."""
-    session.install("-e", f"{CORE}[test,image]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN,
+    """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run.
+
+    onnxruntime is installed here as the yardstick some tests compare with; never a runtime dependency.
+    """
+    session.install("-e", f"{CORE}[test,image]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN, "onnxruntime",
                     *[a for p in PLUGINS for a in ("-e", p)])
     test_dirs = ["core/tests", "conformance/tests", *[f"{p}/tests" for p in PLUGINS if os.path.isdir(f"{p}/tests")]]
     session.run("pytest", *test_dirs, "-q", "-p", "no:cacheprovider", *session.posargs)
