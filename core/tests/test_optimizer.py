@@ -54,8 +54,13 @@ def test_conv_bn_mul_add_identity_dropout_fold_to_conv_relu():
     (ref,), (got,), sess = run_both(conv_chain_model(), {"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
-    assert ops == ["Conv", "Relu"]
+    assert ops == ["FusedConv"]  # level all: the CPU provider's Conv+Relu fusion too
     assert sess._optimizer_stats["conv_folding"] == 3 and sess._optimizer_stats["identity_removal"] == 2
+    basic = ort.SessionOptions()
+    basic.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    sess = ort.InferenceSession(conv_chain_model(), basic)
+    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == ["Conv", "Relu"]
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
 
 
 def test_conv_output_read_twice_is_not_folded():
@@ -138,3 +143,42 @@ def test_transpose_and_reshape_chains():
     np.testing.assert_array_equal(got, ref)
     ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
     assert ops == ["Transpose", "Reshape", "Cast"]  # the last Cast is a graph output: kept
+
+
+@pytest.mark.parametrize("act, attrs, extra", [
+    ("Relu", {}, []), ("LeakyRelu", {"alpha": 0.2}, []), ("Sigmoid", {}, []), ("Clip", {}, ["lo", "hi"])])
+def test_cpu_fusions_match_unfused(act, attrs, extra):
+    rng = np.random.default_rng(4)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "m"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "bias"),
+             numpy_helper.from_array(np.array(-0.5, np.float32), "lo"),
+             numpy_helper.from_array(np.array(0.5, np.float32), "hi")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(act, ["c", *extra], ["y"], **attrs),
+             helper.make_node("MatMul", ["v", "m"], ["mm"]),
+             helper.make_node("Add", ["bias", "mm"], ["z"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6, 6]),
+                               helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 3, 6])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+                        helper.make_tensor_value_info("z", TensorProto.FLOAT, None)], inits)
+    feeds = {"x": rng.standard_normal((1, 3, 6, 6)).astype(np.float32),
+             "v": rng.standard_normal((2, 3, 6)).astype(np.float32)}
+    ref, got, sess = run_both(model, feeds)
+    for a, b in zip(ref, got):
+        np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
+    ops = sorted(op for a in sess.get_provider_graph_assignment_info() for op in a.op_types)
+    assert ops == ["FusedConv", "FusedMatMul"]
+
+
+def test_cpu_fusion_leaves_other_providers_nodes_alone():
+    pytest.importorskip("ort_ep_example")
+    nodes = [helper.make_node("MatMul", ["v", "m"], ["mm"]), helper.make_node("Add", ["mm", "bias"], ["z"])]
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((6, 5)).astype(np.float32), "m"),
+             numpy_helper.from_array(rng.standard_normal(5).astype(np.float32), "bias")]
+    model = make_model(nodes, [helper.make_tensor_value_info("v", TensorProto.FLOAT, [2, 6])],
+                       [helper.make_tensor_value_info("z", TensorProto.FLOAT, [2, 5])], inits)
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(model, providers=["ExampleExecutionProvider"])
+    assert [a.op_types for a in sess.get_provider_graph_assignment_info()] == [("MatMul", "Add")]

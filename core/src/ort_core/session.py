@@ -17,7 +17,8 @@ from .errors import InvalidArgument, InvalidGraph, NotImplementedOp, OrtError, O
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .ir import Model, load_model
 from .memory.device import HOST
-from .optimizer import optimize
+from .optimizer import EXTENDED, optimize
+from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
 from .partition import partition
 from .partition.partitioner import topological_order
@@ -89,6 +90,12 @@ class InferenceSession:
         self._check_opsets()
         part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
                          self._custom_ops, strict=self._strict)
+        if int(self._sess_options.graph_optimization_level) >= EXTENDED:
+            fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
+            self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
+            if fused:  # fused nodes exist only for the CPU provider: place the changed graph again
+                part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
+                                 self._custom_ops, strict=self._strict)
         self._partition = part
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)

@@ -18,6 +18,7 @@ from .dead_code import eliminate_dead_code
 from .identity import remove_identities
 
 BASIC = 1
+EXTENDED = 2  # provider-specific fusions, run by the session after partitioning (cpu_fusion.py)
 
 
 def optimize(model: Model, level: int, evaluate: Callable) -> dict[str, int]:
