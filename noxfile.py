@@ -1,10 +1,12 @@
-"""Developer sessions: tests, lint, demo, bench.
+"""Developer sessions: tests, lint, demo, bench, conformance, wheels.
 
     python3 -m nox -s tests            # unit, kernel and light-model tests
     python3 -m nox -s lint             # ruff
     python3 -m nox -s demo             # install ort-core and run the bundled demo
     python3 -m nox -s bench            # latency side by side with onnxruntime (ratios)
     python3 -m nox -s conformance      # certify every installed provider (-- --provider NAME for one)
+    python3 -m nox -s fuzz             # fuzz models and feeds (-- --examples N per test, --seed S)
+    python3 -m nox -s wheels           # every distribution (core, conformance, plugins) into ./wheelhouse
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import random
 
 import nox
 
@@ -23,7 +26,9 @@ RECORDER = "core/tests/fixtures/ort-ep-recorder"
 CONFORMANCE = "conformance"
 BROKEN = "conformance/fixtures/ort-ep-broken"
 PLUGINS = sorted(os.path.dirname(p) for p in glob.glob("plugins/*/pyproject.toml"))
+OPENVINO = "plugins/ort-ep-openvino"
 REPORTS = "reports"
+WHEELHOUSE = "wheelhouse"
 
 
 @nox.session
@@ -67,6 +72,31 @@ def conformance(session: nox.Session) -> None:
 
 
 @nox.session
+def fuzz(session: nox.Session) -> None:
+    """Hypothesis fuzzing of ort-core: mutated models (bytes, structure) and feeds may only give OrtErrors.
+
+    `-- --examples N` examples per fuzz test (default 2000), `--seed S` to replay a run (the seed of each
+    run is logged). An example running past 120 s is a hang: the process dumps its stacks and exits; the
+    process gets 8 GiB of address space, so an allocation escaping the size checks is a finding too.
+    The summary at the end gives the run count and every finding.
+    """
+    session.install("-e", f"{CORE}[test,image]")
+    args = list(session.posargs)
+    examples, seed = "2000", None
+    if "--examples" in args:
+        examples = args[args.index("--examples") + 1]
+        del args[args.index("--examples"):args.index("--examples") + 2]
+    if "--seed" in args:
+        seed = args[args.index("--seed") + 1]
+        del args[args.index("--seed"):args.index("--seed") + 2]
+    if seed is None:
+        seed = str(random.SystemRandom().randrange(2 ** 31))
+    session.log(f"fuzz seed {seed} (replay with: nox -s fuzz -- --examples {examples} --seed {seed})")
+    session.run("pytest", "core/tests/fuzz", "-q", "-p", "no:cacheprovider", "--fuzz-examples", examples,
+                "--fuzz-random", "--hypothesis-seed", seed, "--fuzz-memory-gib", "8", *args)
+
+
+@nox.session
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", "core", "conformance", "plugins", "noxfile.py", "bench")
@@ -83,8 +113,20 @@ def demo(session: nox.Session) -> None:
 def bench(session: nox.Session) -> None:
     """Median latency of ort-core vs onnxruntime on the same models in the same run.
 
-    onnxruntime is installed here only, as the yardstick; it is never a runtime dependency.
-    Pass model names or paths after `--` (default: light ResNet-50 and the demo CNN).
+    onnxruntime is installed here only, as the yardstick; it is never a runtime dependency. The
+    OpenVINO provider (and its openvino wheel) is installed too and measured at FP32 and BF16.
+    Pass model names or paths after `--` (default: the conv models and the demo CNN;
+    `--no-openvino` leaves OpenVINO out).
     """
-    session.install(CORE, "onnxruntime")
+    session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}")  # "./": folders, not index names
     session.run("python", "bench/bench_latency.py", *session.posargs)
+
+
+@nox.session
+def wheels(session: nox.Session) -> None:
+    """Build every distribution (core, conformance, each plugin) into ./wheelhouse, so that
+    `pip install --find-links wheelhouse "ort-core[openvino]"` finds every ort-* distribution there
+    (third-party ones, openvino included, still come from the package index)."""
+    session.install("pip", "setuptools>=68", "wheel")
+    dirs = [f"./{d}" for d in (CORE, CONFORMANCE, *PLUGINS)]  # "./": a folder, not a name on the index
+    session.run("pip", "wheel", "--no-deps", "-w", WHEELHOUSE, *dirs)

@@ -12,6 +12,17 @@ from onnx import TensorProto, helper
 ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
 
 
+def pytest_addoption(parser):
+    group = parser.getgroup("ort-core fuzz")
+    group.addoption("--fuzz-examples", type=int, default=int(os.environ.get("ORT_CORE_FUZZ_EXAMPLES", "100")),
+                    help="hypothesis examples per fuzz test (default 100: a short run inside the normal tests)")
+    group.addoption("--fuzz-random", action="store_true",
+                    help="draw fresh random examples instead of the fixed (derandomized) ones")
+    group.addoption("--fuzz-memory-gib", type=float, default=0,
+                    help="cap the address space (RLIMIT_AS) of the fuzzing process: an allocation escaping the "
+                         "size checks then shows up as a finding instead of swapping the machine (0: no cap)")
+
+
 def make_model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8, extra_opsets=()):
     graph = helper.make_graph(nodes, "test_graph", inputs, outputs, initializer=list(initializers))
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])

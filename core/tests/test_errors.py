@@ -124,3 +124,9 @@ def test_kernel_failure_names_node_and_session_stays_usable():
         sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((4, 2), np.float32)})
     (y,) = sess.run(None, {"a": np.ones((2, 3), np.float32), "b": np.ones((3, 2), np.float32)})
     np.testing.assert_array_equal(y, np.full((2, 2), 3, np.float32))
+
+
+def test_ragged_list_feed_is_an_invalid_argument(sess):
+    # np.asarray raised ValueError ("inhomogeneous shape") out of run() before
+    with pytest.raises(ort.InvalidArgument, match="input 'x': a list that is not an array"):
+        sess.run(None, {"x": [[1.0], [2.0, 3.0]]})

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
 from .errors import (
+    ExternalDataError,
     Fail,
     InvalidArgument,
     InvalidGraph,
@@ -74,7 +75,7 @@ def get_version_string() -> str:
 
 
 __all__ = [
-    "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "Fail",
+    "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "ExternalDataError", "Fail",
     "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
     "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtValue", "OrtWarning",
     "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "custom_op", "get_all_providers",

@@ -31,6 +31,11 @@ class InvalidGraph(OrtError, ValueError):
     """The model parses but its graph is not valid (cycle, unknown value, bad opset...)."""
 
 
+class ExternalDataError(InvalidGraph):
+    """A tensor's external data is refused: a location outside the model's folder (absolute, '..', a
+    link leading out), not a regular file, or an offset/length beyond the file. Names tensor and location."""
+
+
 class NotImplementedOp(OrtError, NotImplementedError):
     """No requested provider can run a node (op type / opset / attribute unsupported)."""
 

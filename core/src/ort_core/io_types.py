@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument
+from .errors import InvalidArgument, InvalidGraph
 from .ir.graph import Model, ValueInfo
 from .ir.types import ValueType, elem_type_of, np_dtype
 
@@ -71,8 +71,17 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
         if hasattr(value, "numpy") and callable(value.numpy):  # OrtValue-like objects
             value = value.numpy()
         else:
-            value = np.asarray(value)
-    expected = np_dtype(t.elem_type)
+            try:
+                value = np.asarray(value)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgument(f"input '{arg.name}': a {type(value).__name__} that is not an array "
+                                      f"({e}); expected {arg.type}") from None
+    if not t.elem_type:
+        return value  # the model leaves the element type undefined: kernels check what they get
+    try:
+        expected = np_dtype(t.elem_type)
+    except (KeyError, TypeError, ValueError):
+        raise InvalidGraph(f"input '{arg.name}' declares unknown element type {t.elem_type}") from None
     if expected.kind == "O":
         if value.dtype.kind not in "OUS":
             raise InvalidArgument(f"input '{arg.name}': expected {arg.type}, got an array of {value.dtype}")

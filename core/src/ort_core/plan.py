@@ -15,7 +15,9 @@ from typing import Any
 
 import numpy as np
 
+from . import limits
 from .errors import InvalidArgument, InvalidGraph, KernelError, OrtError, RunTerminated
+from .limits import RunContext
 from .memory.device import HOST, Device
 
 
@@ -61,6 +63,7 @@ class ExecutionPlan:
         self.keep: frozenset[int] = frozenset()  # slots never released (graph outputs)
         self._routes: dict[Any, Route] = {}
         self._routes_lock = threading.Lock()
+        self.context = RunContext()  # the session's limits; the session sets its own
 
     def slot(self, name: str, device: Device = HOST) -> int:
         key = (name, device)
@@ -71,12 +74,22 @@ class ExecutionPlan:
 
     def run(self, feeds: dict[int, Any], want: Sequence[int], run_options=None,
             route: Route | None = None) -> list[Any]:
-        """Values of the ``want`` slots after walking the steps (``route``'s when given)."""
-        # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings
-        with np.errstate(all="ignore"):
-            return self._run(feeds, want, run_options, route)
+        """Values of the ``want`` slots after walking the steps (``route``'s when given).
 
-    def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None = None) -> list[Any]:
+        For the run's duration its RunContext (size limit, RunOptions) is published to the kernels
+        (ort_core.limits): long loops inside kernels poll the terminate flag through it.
+        """
+        ctx = self.context if run_options is None else RunContext(self.context.max_tensor_bytes, run_options)
+        token = limits.enter(ctx)
+        try:
+            # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings
+            with np.errstate(all="ignore"):
+                return self._run(feeds, want, run_options, route, ctx.max_tensor_bytes)
+        finally:
+            limits.leave(token)
+
+    def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None = None,
+             max_bytes: int = limits.DEFAULT_MAX_TENSOR_BYTES) -> list[Any]:
         frame = self.template.copy()
         steps = self.steps
         if route is not None:
@@ -99,6 +112,10 @@ class ExecutionPlan:
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
                 raise KernelError(f"{step.label} failed: {type(e).__name__}: {e}") from e
             for s, v in zip(step.outs, results):
+                if type(v) is np.ndarray and v.nbytes > max_bytes:
+                    # kernels check sizes they derive from data before allocating; this bounds the rest
+                    # (a chain of Concat(x, x) doubling a tensor at every node, say)
+                    raise KernelError(limits.too_large(step.label, v))
                 frame[s] = v
             for s in step.release:
                 frame[s] = None

@@ -7,21 +7,37 @@ plugin plumbing live in their own packages.
 
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from .customops import CustomOpRegistry, global_registry, infer_static_types
-from .errors import InvalidArgument, InvalidGraph, NotImplementedOp, OrtError, OrtWarning, PluginError
+from .errors import (
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    KernelError,
+    NotImplementedOp,
+    OrtError,
+    OrtWarning,
+    PluginError,
+)
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .ir import Model, load_model
+from .ir.inference import MODES as INFERENCE_MODES
+from .ir.load import EXTERNAL_FOLDER_KEY
+from .ir.validate import validate_model
+from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
+from .limits import current as current_limits
 from .memory.device import HOST
 from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
 from .partition import partition
-from .partition.partitioner import topological_order
 from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, get_registry
 from .plugins.types import FusedSubgraph, constant_initializers
@@ -36,6 +52,13 @@ CHECK_OUTPUTS_KEY = "ort_core.check_kernel_outputs"
 """Session config entry: "1" makes every kernel's outputs be checked against the model's static
 types (dtype, fixed dims, count); a mismatch raises KernelError naming the provider and node.
 Costs a little per step; meant for certification and debugging."""
+
+
+SHAPE_INFERENCE_KEY = "ort_core.shape_inference"
+"""Session config entry: "isolated" (default) runs onnx's type and shape inference in a forked child
+process, so that an inference function crashing on a hostile model cannot take the interpreter down
+(no inference where the platform cannot fork); "in_process" runs it here, a few ms faster per session,
+for trusted models; "off" skips it (types then come from the model's declarations only)."""
 
 
 class InferenceSession:
@@ -54,21 +77,31 @@ class InferenceSession:
         self._profiler = Profiler(self._sess_options.profile_file_prefix) if self._sess_options.enable_profiling \
             else None
         t_start = time.perf_counter_ns()
-        self._model: Model = load_model(path_or_bytes)
+        self._max_tensor_bytes = parse_max_tensor_bytes(self._sess_options._config)
+        config = self._sess_options._config
+        inference = config.get(SHAPE_INFERENCE_KEY, "isolated")
+        if inference not in INFERENCE_MODES:
+            raise InvalidArgument(f"session config entry '{SHAPE_INFERENCE_KEY}' must be one of "
+                                  f"{list(INFERENCE_MODES)}, got {inference!r}")
+        self._model: Model = load_model(path_or_bytes, _external_folder(path_or_bytes, config), inference,
+                                        max_tensor_bytes=self._max_tensor_bytes)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
+        # session registrations first, then global ones; a snapshot taken now
+        self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
+        # refuses malformed graphs (cycles, values defined twice or never, unknown domains and
+        # opsets) before any pass walks the graph
+        validate_model(self._model, {op.domain for op in self._custom_ops})
         registry = get_registry()
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
         self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
             registry, providers, provider_options, self._strict)
-        topological_order(self._model.graph)  # refuses cycles before any pass walks the graph
-        self._optimizer_stats = optimize(self._model, int(self._sess_options.graph_optimization_level),
-                                         _cpu_evaluator(registry, self._model))
-        if self._sess_options.optimized_model_filepath:
-            _save_optimized(self._model, self._sess_options.optimized_model_filepath)
-        # session registrations first, then global ones; a snapshot taken now
-        self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
-        infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
-        self._build_with_fallback(registry)
+        with run_context(RunContext(self._max_tensor_bytes)):  # folding and kernel factories obey the limit
+            self._optimizer_stats = _optimize(self._model, int(self._sess_options.graph_optimization_level),
+                                              _cpu_evaluator(registry, self._model))
+            if self._sess_options.optimized_model_filepath:
+                _save_optimized(self._model, self._sess_options.optimized_model_filepath)
+            infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
+            self._build_with_fallback(registry)
         if self._profiler is not None:
             self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 
@@ -87,7 +120,6 @@ class InferenceSession:
 
     def _build(self, registry) -> None:
         model, graph = self._model, self._model.graph
-        self._check_opsets()
         part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
                          self._custom_ops, strict=self._strict)
         if int(self._sess_options.graph_optimization_level) >= EXTENDED:
@@ -141,6 +173,7 @@ class InferenceSession:
             self._output_slots[v.name] = slot
             b.keep.add(slot)
         self._plan = b.finish()
+        self._plan.context = RunContext(self._max_tensor_bytes)
         if self._profiler is not None:
             self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
         self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
@@ -150,15 +183,6 @@ class InferenceSession:
         self._required = [a.name for a in self._inputs]
         self._constants = constant_initializers(graph)
         self._optional_outputs = {v.name for v in graph.outputs if v.type.kind == "optional"}
-
-    def _check_opsets(self) -> None:
-        from onnx.defs import onnx_opset_version
-
-        newest = onnx_opset_version()
-        opset = self._model.opset("")
-        if opset > newest:
-            raise InvalidGraph(f"{self._model.source}: model imports opset {opset} of the default domain; "
-                               f"the newest this onnx knows is {newest}")
 
     # -------------------------------------------------------------------- run
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
@@ -243,7 +267,8 @@ class InferenceSession:
         registry = get_registry()
         self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
             registry, providers, provider_options, self._strict)
-        self._build_with_fallback(registry)
+        with run_context(RunContext(self._max_tensor_bytes)):
+            self._build_with_fallback(registry)
 
     def end_profiling(self) -> str:
         """Stop profiling and write the Chrome-trace JSON; returns its path ('' when not profiling)."""
@@ -291,6 +316,25 @@ class InferenceSession:
         return [OrtValue(v, HOST) for v in values]
 
 
+def _external_folder(source: Any, config: dict[str, str]) -> str | None:
+    """Where a model given as bytes or a ModelProto keeps its external data (a path model: its folder)."""
+    if isinstance(source, (str, os.PathLike)):
+        return None
+    return config.get(EXTERNAL_FOLDER_KEY) or None
+
+
+def _optimize(model: Model, level: int, evaluate) -> dict[str, int]:
+    """The optimizer's passes; one failing on a model it did not expect becomes an error naming the model
+    (an OrtError, as everything the session raises), not a stray exception from inside a pass."""
+    try:
+        return optimize(model, level, evaluate)
+    except OrtError:
+        raise
+    except Exception as e:  # noqa: BLE001 - chained, so the pass at fault stays visible
+        raise Fail(f"{model.source}: graph optimization failed: {type(e).__name__}: {e} (set "
+                   "SessionOptions.graph_optimization_level to ORT_DISABLE_ALL to skip it)") from e
+
+
 def _save_optimized(model: Model, path: str) -> None:
     """Write the optimized model; tensors go to a '.data' file beside it past protobuf's 2 GiB."""
     from .ir import save_model
@@ -309,6 +353,9 @@ def _cpu_evaluator(registry, model: Model):
         sub = FusedSubgraph(node.name or node.op_type, [node], names, outputs, {}, model.opset_imports,
                             model.graph)
         results = registry.compile(CPU, sub, {})(*[values[n] for n in names])
+        for value in results:  # as in a run: folding a chain that doubles a constant stops at the limit
+            if type(value) is np.ndarray and value.nbytes > current_limits().max_tensor_bytes:
+                raise KernelError(too_large(node.label, value))
         by_name = dict(zip(outputs, results))
         return [by_name.get(o) for o in node.outputs]
 

@@ -1,11 +1,13 @@
 """Load an ONNX model (path, bytes or ModelProto) into the IR, with external data and shape inference.
 
-Errors name the file and the problem. This module converts; it does not optimize or validate
-operator support (that is the partitioner's and the providers' job).
+Errors name the file and the problem. Tensors are checked against their declared size before they are
+decoded, and external data is read only from inside the model's folder (ir.external). This module
+converts; it does not optimize or validate operator support (the partitioner's and providers' job).
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -14,30 +16,57 @@ import onnx
 from google.protobuf.message import DecodeError
 from onnx import AttributeProto, numpy_helper
 
-from ..errors import InvalidGraph, InvalidProtobuf, NoSuchFile
+from ..errors import ExternalDataError, InvalidGraph, InvalidProtobuf, NoSuchFile, OrtError
+from ..limits import DEFAULT_MAX_TENSOR_BYTES, MAX_TENSOR_BYTES_KEY
+from .external import MAX_SUBGRAPH_DEPTH, external_tensors, load_external_data, nesting_error
 from .graph import Graph, Model, Node, ValueInfo
-from .types import ValueType
+from .inference import infer_value_types
+from .types import ValueType, np_dtype
+
+EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+"""Session config entry (onnxruntime's name): the folder holding the external data of a model given as
+bytes or an onnx.ModelProto."""
+
+_MAX_PROTO_BYTES = 2 << 30
+
+# element types packing several values per byte: raw_data holds ceil(count * bits / 8) bytes
+_SUB_BYTE = {getattr(onnx.TensorProto, n): b for n, b in (
+    ("INT4", 4), ("UINT4", 4), ("FLOAT4E2M1", 4), ("INT2", 2), ("UINT2", 2)) if hasattr(onnx.TensorProto, n)}
 
 
-def load_model(source: Any, base_dir: str | None = None, infer_shapes: bool = True) -> Model:
+def load_model(source: Any, base_dir: str | None = None, infer_shapes: bool | str = True,
+               max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> Model:
     """Build a Model from a file path, serialized bytes or an onnx.ModelProto.
 
-    ``base_dir`` is where external-data files are looked up for bytes/ModelProto sources
-    (defaults to the model file's folder for paths, the current directory otherwise).
+    ``base_dir`` is the folder external-data files must lie in (defaults to the model file's folder
+    for paths); nothing outside it is read. Bytes and ModelProtos with external data need ``base_dir``:
+    the current directory is not searched (it may hold anything). A tensor declaring more than
+    ``max_tensor_bytes`` bytes is refused before it is read or decoded. ``infer_shapes``: True (or
+    "isolated") runs onnx's shape inference in a child process, "in_process" here, False/"off" not at all.
     """
     proto, label, base = _read_proto(source, base_dir)
-    if _has_external_data(proto):
-        try:
-            onnx.external_data_helper.load_external_data_for_model(proto, base)
-        except Exception as e:  # noqa: BLE001 - onnx raises its own ValidationError here
-            raise InvalidGraph(f"{label}: cannot load external data relative to '{base}': {e}") from e
-    if infer_shapes:
-        try:
-            proto = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False)
-        except Exception:  # noqa: BLE001 - inference is best effort; kernels check at run time
-            pass
     try:
-        model = _model_from_proto(proto, label)
+        first = next(external_tensors(proto), None)
+        if first is not None and base is None:
+            where = next((e.value for e in first.external_data if e.key == "location"), "")
+            raise ExternalDataError(
+                f"tensor '{first.name}' is stored as external data ({where!r}) but the model was given as "
+                f"{label}, which has no folder; set the session config entry '{EXTERNAL_FOLDER_KEY}' to the "
+                "folder holding it (the current directory is not searched)")
+        if first is not None:
+            load_external_data(proto, base, label, max_tensor_bytes)
+    except OrtError as e:
+        raise type(e)(str(e) if str(e).startswith(label) else f"{label}: {e}") from None
+    inferred = {}
+    mode = "isolated" if infer_shapes is True else "off" if infer_shapes is False else infer_shapes
+    if mode != "off":
+        try:
+            inferred = infer_value_types(proto, mode)  # best effort, node by node where onnx's is safe
+        except Exception:  # noqa: BLE001 - malformed protos are refused below with a clear error
+            inferred = {}
+    try:
+        model = _model_from_proto(proto, label, max_tensor_bytes)
+        _add_inferred(model.graph, inferred)
     except InvalidGraph:
         raise
     except Exception as e:  # noqa: BLE001 - malformed protos surface as a clear error
@@ -45,17 +74,32 @@ def load_model(source: Any, base_dir: str | None = None, infer_shapes: bool = Tr
     return model
 
 
-def _read_proto(source: Any, base_dir: str | None) -> tuple[onnx.ModelProto, str, str]:
+def _add_inferred(graph: Graph, inferred: dict[str, onnx.TypeProto]) -> None:
+    """Inferred types become value_info, or complete a graph output declared without a type."""
+    outputs = {v.name: k for k, v in enumerate(graph.outputs)}
+    for name, tp in inferred.items():
+        t = ValueType.from_proto(tp)
+        k = outputs.get(name)
+        if k is None:
+            graph.value_info.setdefault(name, ValueInfo(name, t))
+        elif graph.outputs[k].type.kind == "unknown":
+            graph.outputs[k] = ValueInfo(name, t, graph.outputs[k].doc_string)
+
+
+def _read_proto(source: Any, base_dir: str | None) -> tuple[onnx.ModelProto, str, str | None]:
     if isinstance(source, onnx.ModelProto):
-        return source, "<ModelProto>", base_dir or os.getcwd()
+        return source, "<ModelProto>", base_dir
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _parse(bytes(source), "<bytes>"), "<bytes>", base_dir or os.getcwd()
+        return _parse(bytes(source), "<bytes>"), "<bytes>", base_dir
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         if not os.path.exists(path):
             raise NoSuchFile(f"model file '{path}' does not exist")
         if os.path.isdir(path):
             raise InvalidProtobuf(f"model path '{path}' is a directory, not an ONNX file")
+        if os.path.getsize(path) > _MAX_PROTO_BYTES:
+            raise InvalidProtobuf(f"model file '{path}' is larger than 2 GiB, protobuf's limit: not an ONNX "
+                                  "model (large tensors go to external data files)")
         try:
             with open(path, "rb") as f:
                 data = f.read()
@@ -79,19 +123,14 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
     return proto
 
 
-def _has_external_data(proto: onnx.ModelProto) -> bool:
-    return any(t.data_location == onnx.TensorProto.EXTERNAL
-               for t in onnx.external_data_helper._get_all_tensors(proto))
-
-
-def _model_from_proto(proto: onnx.ModelProto, label: str) -> Model:
+def _model_from_proto(proto: onnx.ModelProto, label: str, max_tensor_bytes: int) -> Model:
     opsets: dict[str, int] = {}
     for op in proto.opset_import:
         dom = "" if op.domain == "ai.onnx" else op.domain
         opsets[dom] = max(opsets.get(dom, 0), op.version)
     if proto.ir_version < 3 and "" not in opsets:
         opsets[""] = 1  # IR v1/v2 models carry no opset_import: they mean opset 1
-    graph = graph_from_proto(proto.graph, None, label)
+    graph = graph_from_proto(proto.graph, None, label, max_tensor_bytes)
     if proto.ir_version < 4:
         # IR < 4 had to list every initializer as a graph input; they are constants, not
         # overridable inputs (as in onnxruntime). save.py lists them again for such models.
@@ -111,10 +150,14 @@ def _model_from_proto(proto: onnx.ModelProto, label: str) -> Model:
     )
 
 
-def graph_from_proto(gp: onnx.GraphProto, parent: Graph | None, label: str) -> Graph:
+def graph_from_proto(gp: onnx.GraphProto, parent: Graph | None, label: str,
+                     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES, depth: int = 0) -> Graph:
+    """The IR of one graph; ``depth`` counts the subgraph levels above it (refused past the limit)."""
     initializers: dict[str, np.ndarray] = {}
     for t in gp.initializer:
-        initializers[t.name] = _tensor(t, label)
+        if t.name in initializers:
+            raise InvalidGraph(f"{label}: graph '{gp.name}' defines initializer '{t.name}' twice")
+        initializers[t.name] = _tensor(t, label, max_tensor_bytes)
     graph = Graph(
         name=gp.name,
         nodes=[],
@@ -127,7 +170,10 @@ def graph_from_proto(gp: onnx.GraphProto, parent: Graph | None, label: str) -> G
         sparse_initializers=list(gp.sparse_initializer),
     )
     for i, np_ in enumerate(gp.node):
-        attrs = {a.name: _attr(a, graph, label) for a in np_.attribute}
+        if depth >= MAX_SUBGRAPH_DEPTH and any(a.type in (AttributeProto.GRAPH, AttributeProto.GRAPHS)
+                                               for a in np_.attribute):
+            raise InvalidGraph(f"{label}: {nesting_error(np_, gp.name)}")
+        attrs = {a.name: _attr(a, graph, label, max_tensor_bytes, depth) for a in np_.attribute}
         graph.nodes.append(Node(np_.op_type, list(np_.input), list(np_.output), attrs,
                                 domain=np_.domain, name=np_.name, id=i, doc_string=np_.doc_string,
                                 attr_types={a.name: a.type for a in np_.attribute}))
@@ -138,14 +184,41 @@ def _value_info(v: onnx.ValueInfoProto) -> ValueInfo:
     return ValueInfo(v.name, ValueType.from_proto(v.type), v.doc_string)
 
 
-def _tensor(t: onnx.TensorProto, label: str) -> np.ndarray:
+def check_declared_size(t: onnx.TensorProto, label: str, max_tensor_bytes: int) -> None:
+    """Refuse a tensor whose dims are negative, whose size passes the limit, or whose raw_data
+    disagrees with its dims, before anything is decoded or allocated."""
+    dims = [int(d) for d in t.dims]
+    if any(d < 0 for d in dims):
+        raise InvalidGraph(f"{label}: tensor '{t.name}' has a negative dimension in {dims}")
+    try:
+        itemsize = np_dtype(t.data_type).itemsize
+    except (KeyError, TypeError, ValueError):
+        raise InvalidGraph(f"{label}: tensor '{t.name}' has unknown element type {t.data_type}") from None
+    count = math.prod(dims)
+    if count * itemsize > max_tensor_bytes:
+        raise InvalidGraph(f"{label}: tensor '{t.name}' declares dims {dims} ({count * itemsize} bytes), more than "
+                           f"the limit of {max_tensor_bytes} bytes per tensor (session config entry "
+                           f"'{MAX_TENSOR_BYTES_KEY}')")
+    if t.raw_data and t.data_type != onnx.TensorProto.STRING:
+        bits = _SUB_BYTE.get(t.data_type)
+        need = -(-count * bits // 8) if bits else count * itemsize
+        if len(t.raw_data) != need:
+            raise InvalidGraph(f"{label}: tensor '{t.name}' holds {len(t.raw_data)} bytes of raw data; its dims "
+                               f"{dims} need {need}")
+
+
+def _tensor(t: onnx.TensorProto, label: str, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES) -> np.ndarray:
+    check_declared_size(t, label, max_tensor_bytes)
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise InvalidGraph(f"{label}: tensor '{t.name}' is stored as external data that was not loaded")
     try:
         return numpy_helper.to_array(t)
     except Exception as e:  # noqa: BLE001 - corrupt tensor payloads must name the tensor
         raise InvalidGraph(f"{label}: tensor '{t.name}' cannot be decoded: {e}") from e
 
 
-def _attr(a: onnx.AttributeProto, graph: Graph, label: str) -> Any:
+def _attr(a: onnx.AttributeProto, graph: Graph, label: str, max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES,
+          depth: int = 0) -> Any:
     t = a.type
     if t == AttributeProto.FLOAT:
         return float(a.f)
@@ -154,9 +227,9 @@ def _attr(a: onnx.AttributeProto, graph: Graph, label: str) -> Any:
     if t == AttributeProto.STRING:
         return _text(a.s)
     if t == AttributeProto.TENSOR:
-        return _tensor(a.t, label)
+        return _tensor(a.t, label, max_tensor_bytes)
     if t == AttributeProto.GRAPH:
-        return graph_from_proto(a.g, graph, label)
+        return graph_from_proto(a.g, graph, label, max_tensor_bytes, depth + 1)
     if t == AttributeProto.FLOATS:
         return [float(x) for x in a.floats]
     if t == AttributeProto.INTS:
@@ -164,9 +237,9 @@ def _attr(a: onnx.AttributeProto, graph: Graph, label: str) -> Any:
     if t == AttributeProto.STRINGS:
         return [_text(s) for s in a.strings]
     if t == AttributeProto.TENSORS:
-        return [_tensor(x, label) for x in a.tensors]
+        return [_tensor(x, label, max_tensor_bytes) for x in a.tensors]
     if t == AttributeProto.GRAPHS:
-        return [graph_from_proto(g, graph, label) for g in a.graphs]
+        return [graph_from_proto(g, graph, label, max_tensor_bytes, depth + 1) for g in a.graphs]
     if t == AttributeProto.SPARSE_TENSOR:
         return a.sparse_tensor
     if t == AttributeProto.TYPE_PROTO:

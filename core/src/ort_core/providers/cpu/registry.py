@@ -18,7 +18,16 @@ Kernel = Callable[..., tuple]
 """kernel(*inputs) -> tuple with one entry per node output (None for an omitted output).
 Omitted optional inputs arrive as None. A node with subgraph attributes (If, Loop, Scan, ...)
 receives after its own inputs the outer-scope values its subgraphs read, in the order of
-``outer_scope_names(node)``. Kernels are stateless and thread-safe."""
+``outer_scope_names(node)``. Kernels are stateless and thread-safe.
+
+Hostile inputs: a kernel whose output size comes from data (a shape input, repeats, pads, scales,
+a depth, a length) calls ``ort_core.limits.check_tensor_size(node.label, shape, dtype)`` before it
+allocates; a kernel looping over many iterations (Loop, Scan: ``subgraph.Body.run`` does it) calls
+``ort_core.limits.check_terminated(label)`` between them. Both read the run's context (the session's
+``session.max_tensor_bytes`` and the run's RunOptions) from a contextvar that the execution plan sets
+for the duration of each run, and the session while it builds (factories and constant folding obey
+the limit too): a lookup per call, no state in the kernel. The plan also refuses any produced tensor
+past the limit, after the fact, so unchecked kernels cannot grow tensors step after step."""
 
 Factory = Callable[[Node, int], Kernel]
 """factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes.

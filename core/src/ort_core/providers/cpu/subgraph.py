@@ -8,9 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ...errors import KernelError, OrtError
 from ...ir.graph import Graph, Node, outer_scope_reads
 from ...ir.types import ValueType
+from ...limits import check_terminated, current, too_large
 from .registry import lookup, outer_scope_names
 
 # Domains other than the default one get their newest kernel: factories only learn the opset of
@@ -87,7 +90,11 @@ class Body:
         return frame
 
     def run(self, base: list[Any], inputs: Sequence[Any]) -> list[Any]:
-        """Outputs of one run of the body on ``inputs`` (positional, as the body declares them)."""
+        """Outputs of one run of the body on ``inputs`` (positional, as the body declares them).
+
+        Polls the run's terminate flag first: Loop/Scan call this once per iteration."""
+        check_terminated(self.label)
+        max_bytes = current().max_tensor_bytes
         frame = base.copy()
         for s, v in zip(self.in_slots, inputs):
             frame[s] = v
@@ -99,6 +106,8 @@ class Body:
             except Exception as e:  # noqa: BLE001 - a failing body node is reported with its path
                 raise KernelError(f"{self.label}: {label} failed: {type(e).__name__}: {e}") from e
             for s, v in zip(outs, results):
+                if type(v) is np.ndarray and v.nbytes > max_bytes:  # a body growing a tensor every iteration
+                    raise KernelError(too_large(f"{self.label}: {label}", v))
                 frame[s] = v
         return [frame[s] for s in self.out_slots]
 

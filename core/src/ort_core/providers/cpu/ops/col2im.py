@@ -6,10 +6,12 @@ It is the adjoint of the im2col used by convolutions; the unfolding direction ha
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -39,17 +41,21 @@ def _col2im(node, opset):
                               f"got {dil}, {strides}, {pads}")
         if data.ndim != 3:
             raise KernelError(f"{node.label}: input must be 3-D (N, C * prod(block_shape), L), got {data.shape}")
-        taps = int(np.prod(block))
+        if min(block, default=0) < 1 or min(image, default=0) < 0:
+            raise KernelError(f"{node.label}: block_shape {block} must be positive and image_shape {image} "
+                              "non-negative")
+        taps = math.prod(block)
         n, ck, length = data.shape
         if taps <= 0 or ck % taps:
             raise KernelError(f"{node.label}: input dimension 1 ({ck}) is not a multiple of "
                               f"prod(block_shape) = {taps}")
         padded = [image[i] + pads[i] + pads[i + nsp] for i in range(nsp)]
         blocks = [(padded[i] - dil[i] * (block[i] - 1) - 1) // strides[i] + 1 for i in range(nsp)]
-        if min(blocks) < 1 or int(np.prod(blocks)) != length:
+        if min(blocks) < 1 or math.prod(blocks) != length:
             raise KernelError(f"{node.label}: input has {length} blocks but image_shape {image}, block_shape "
                               f"{block}, dilations {dil}, pads {pads}, strides {strides} give {blocks}")
         c = ck // taps
+        check_tensor_size(node.label, (n, c, *padded), data.dtype)
         cols = data.reshape(n, c, *block, *blocks)
         out = np.zeros((n, c, *padded), dtype=data.dtype)
         for tap in itertools.product(*(range(b) for b in block)):  # kernel taps, each a strided slab

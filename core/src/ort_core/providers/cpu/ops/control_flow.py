@@ -12,6 +12,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Graph, Node
 from ....ir.types import np_dtype
+from ....limits import MAX_TENSOR_BYTES_KEY, current
 from ..registry import outer_scope_names, register
 from ..subgraph import Body
 
@@ -124,6 +125,8 @@ def _loop(node: Node, opset: int):
         going = True if cond is None else bool(_scalar(node, cond, "condition 'cond'"))
         base = body.bind(rest[n_carried:])
         scans: list[list] = [[] for _ in range(n_scan)]
+        scanned = [0] * n_scan  # bytes gathered per scan output: the stacked result must fit the limit
+        max_bytes = current().max_tensor_bytes
         i = 0
         while going and i < limit:
             outs = body.run(base, [np.array(i, dtype=np.int64), cond_in, *carried])
@@ -131,7 +134,13 @@ def _loop(node: Node, opset: int):
             going = bool(_scalar(node, cond_in, "the body's condition output"))
             carried = outs[1:1 + n_carried]
             for k in range(n_scan):
-                scans[k].append(outs[1 + n_carried + k])
+                item = outs[1 + n_carried + k]
+                scans[k].append(item)
+                scanned[k] += getattr(item, "nbytes", 0)
+                if scanned[k] > max_bytes:
+                    raise KernelError(f"{node.label}: scan output {k} grows past the limit of {max_bytes} bytes per "
+                                      f"tensor after {i + 1} iterations (session config entry "
+                                      f"'{MAX_TENSOR_BYTES_KEY}')")
             i += 1
         results = carried + [_stack(node, s, k) if s else empties[k] for k, s in enumerate(scans)]
         return tuple(results[:n_out])

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -83,6 +84,14 @@ def window_geometry(label: str, in_sp, kernel, strides, dilations, pads, auto_pa
         fill.append(max(0, (o - 1) * s + dk - n - pb))
         out.append(o)
     return begin, end, fill, out
+
+
+def check_window_sizes(label: str, x_shape, channels_out: int, begin, end, out_sp, dtype) -> None:
+    """Refuse a padded input or an output past the size limit (huge pads or strides in attributes)."""
+    n, c = x_shape[:2]
+    padded = [d + b + e for d, b, e in zip(x_shape[2:], begin, end)]
+    check_tensor_size(label, (n, c, *padded), dtype, "padded input")
+    check_tensor_size(label, (n, channels_out, *out_sp), dtype)
 
 
 def pad_input(x: np.ndarray, begin, end, value=0) -> np.ndarray:
@@ -212,7 +221,7 @@ def conv_factory(node, opset):
     label = node.label
     cache: dict = {}
 
-    def plan(x_shape, w_shape):
+    def plan(x_shape, w_shape, dtype=np.float32):
         nsp = len(x_shape) - 2
         if nsp < 1 or len(w_shape) != nsp + 2:
             raise KernelError(f"{label}: input rank {len(x_shape)} and weight rank {len(w_shape)} "
@@ -230,6 +239,7 @@ def conv_factory(node, opset):
         pads = pads_attr or [0] * (2 * nsp)
         _check_lengths(label, (("strides", strides, nsp), ("dilations", dils, nsp), ("pads", pads, 2 * nsp)))
         begin, _, fill, out_sp = window_geometry(label, x_shape[2:], kernel, strides, dils, pads, auto_pad)
+        check_window_sizes(label, x_shape, M, begin, fill, out_sp, dtype)
         p = dict(nsp=nsp, kernel=kernel, strides=strides, dils=dils, begin=begin, end=fill, out_sp=out_sp)
         if all(k == 1 for k in kernel) and not any(begin) and not any(fill):
             p["mode"] = "pointwise"
@@ -244,7 +254,7 @@ def conv_factory(node, opset):
         return p
 
     def kernel(x, w, b=None):
-        p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape))
+        p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape, x.dtype))
         out_dtype = x.dtype
         cdt = _compute_dtype(out_dtype)
         if cdt != out_dtype:
@@ -394,7 +404,7 @@ def conv_transpose_factory(node, opset):
     label = node.label
     cache: dict = {}
 
-    def plan(x_shape, w_shape):
+    def plan(x_shape, w_shape, dtype=np.float32):
         nsp = len(x_shape) - 2
         if nsp < 1 or len(w_shape) != nsp + 2:
             raise KernelError(f"{label}: input rank {len(x_shape)} and weight rank {len(w_shape)} "
@@ -440,6 +450,9 @@ def conv_transpose_factory(node, opset):
                 out_sp = [f + op - pads[i] - pads[i + nsp] for i, (f, op) in enumerate(zip(full, outpad))]
         if min(out_sp) <= 0:
             raise KernelError(f"{label}: computed output shape {out_sp} is not positive")
+        m_out = w_shape[1] * group
+        check_tensor_size(label, (x_shape[0], m_out, *full), dtype, "scatter buffer")
+        check_tensor_size(label, (x_shape[0], m_out, *out_sp), dtype)
         # the part of the full buffer that lands in the output, and where
         src = tuple(slice(max(b, 0), min(f, b + o)) for b, f, o in zip(begin, full, out_sp))
         dst = tuple(slice(max(-b, 0), max(-b, 0) + (sl.stop - sl.start)) for b, sl in zip(begin, src))
@@ -449,7 +462,7 @@ def conv_transpose_factory(node, opset):
                     direct=direct, taps=taps)
 
     def kernel(x, w, b=None):
-        p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape))
+        p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape, x.dtype))
         out_dtype = x.dtype
         cdt = _compute_dtype(out_dtype)
         if cdt != out_dtype:

@@ -15,6 +15,7 @@ from onnx import TensorProto
 from ....errors import KernelError
 from ....ir.graph import Node
 from ....ir.types import elem_type_name, elem_type_of, np_dtype
+from ....limits import check_broadcast
 from ..registry import register
 
 
@@ -201,7 +202,11 @@ _BINARY = {
 
 def _binary_factory(fn):
     def factory(node: Node, opset: int):
+        label = node.label
+
         def kernel(a, b):
+            if a.shape != b.shape:
+                check_broadcast(label, a, b)
             return (_nd(fn(a, b)),)
         return kernel
     return factory
@@ -247,6 +252,8 @@ def _mod(node: Node, opset: int):
     fn = np.fmod if fmod else np.mod
 
     def kernel(a, b):
+        if a.shape != b.shape:
+            check_broadcast(node.label, a, b)
         return (_nd(fn(a, b)),)
     return kernel
 
@@ -263,6 +270,8 @@ def _bitshift_factory(node: Node, opset: int):
     fn = np.left_shift if direction == "LEFT" else np.right_shift
 
     def kernel(x, y):
+        if x.shape != y.shape:
+            check_broadcast(node.label, x, y)
         return (_nd(fn(x, y)),)
     return kernel
 
@@ -293,6 +302,8 @@ def _variadic_factory(fn):
 
     def factory(node: Node, opset: int):
         def kernel(*inputs):
+            if len(inputs) > 1:
+                check_broadcast(node.label, *inputs)
             return (run(inputs),)
         return kernel
     return factory
@@ -309,6 +320,7 @@ def _mean(node: Node, opset: int):
     def kernel(*inputs):
         if len(inputs) == 1:
             return (inputs[0],)
+        check_broadcast(node.label, *inputs)
         s = _sum_all(inputs)
         if s.dtype.kind in "iu":
             return (np.floor_divide(s, len(inputs), out=s),)
@@ -384,6 +396,8 @@ def _where(cond, x, y):
 @register("Where", since=9)
 def _where_factory(node: Node, opset: int):
     def kernel(cond, x, y):
+        if not cond.shape == x.shape == y.shape:
+            check_broadcast(node.label, cond, x, y)
         return (_where(cond, x, y),)
     return kernel
 

@@ -12,6 +12,7 @@ from onnx import TensorProto
 from ....errors import KernelError
 from ....ir.graph import Node
 from ....ir.types import np_dtype
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -36,6 +37,7 @@ def _dense_from_sparse(node: Node, sparse) -> np.ndarray:
     if isinstance(indices, TensorProto):
         indices = numpy_helper.to_array(indices)
     values, indices, dims = np.asarray(values), np.asarray(indices, dtype=np.int64), tuple(dims)
+    check_tensor_size(node.label, dims, values.dtype, "sparse_value")
     dense = np.zeros(dims, dtype=values.dtype)
     if indices.ndim == 1:  # linearized indices
         dense.reshape(-1)[indices] = values
@@ -96,6 +98,7 @@ def _constant_of_shape(node: Node, opset: int):
         dims = [int(d) for d in shape.reshape(-1).tolist()]
         if min(dims, default=0) < 0:
             raise KernelError(f"{node.label}: negative dimension in shape {dims}")
+        check_tensor_size(node.label, dims, dtype)
         if zero:
             return (np.zeros(dims, dtype=dtype),)
         return (np.full(dims, fill, dtype=dtype),)
@@ -118,8 +121,13 @@ def _range(node: Node, opset: int):
             raise KernelError(f"{node.label}: delta must not be zero")
         if dtype.kind in "iu":
             n = max(-((s - lim) // d), 0)  # ceil((limit - start) / delta) in exact integers
+            check_tensor_size(node.label, (n,), dtype)
             return (np.arange(s, s + n * d, d, dtype=np.int64).astype(dtype, copy=False),)
-        n = max(math.ceil((lim - s) / d), 0)
+        span = (lim - s) / d
+        if not math.isfinite(span):
+            raise KernelError(f"{node.label}: start {s}, limit {lim} and delta {d} give no finite number of elements")
+        n = max(math.ceil(span), 0)
+        check_tensor_size(node.label, (n,), dtype)
         # output[i] = start + i * delta, computed in double and rounded once to the type
         return ((np.arange(n, dtype=np.float64) * d + s).astype(dtype),)
     return kernel

@@ -11,6 +11,7 @@ import itertools
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 _PADDINGS = ("zeros", "border", "reflection")
@@ -97,6 +98,7 @@ def _grid_sample(label, x: np.ndarray, grid: np.ndarray, mode: str, padding: str
         raise KernelError(f"{label}: grid must have shape (N={n}, *out, {r}) for input {x.shape}, "
                           f"got {grid.shape}")
     out_sp = grid.shape[1:-1]
+    check_tensor_size(label, (n, c, *out_sp), x.dtype)
     numeric = x.dtype.kind in "fiuc" or x.dtype.name == "bfloat16"
     if mode != "nearest" and not numeric:
         raise KernelError(f"{label}: mode '{mode}' needs a numeric input, got {x.dtype}")

@@ -12,6 +12,7 @@ import io
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 _FORMATS = ("RGB", "BGR", "Grayscale")
@@ -41,11 +42,18 @@ def _image_decoder(node, opset):
             raise KernelError(f"{node.label}: encoded_stream must be a 1-D uint8 tensor, "
                               f"got {encoded.dtype} with shape {encoded.shape}")
         try:
-            with image_module.open(io.BytesIO(encoded.tobytes())) as img:
-                # palette, alpha, CMYK and 16-bit images all end up as 8-bit RGB or luma (ITU-R 601-2)
-                pixels = np.asarray(img.convert(mode))
+            img = image_module.open(io.BytesIO(encoded.tobytes()))
         except Exception:  # noqa: BLE001 - the spec asks for an empty result on any decoding failure
             return (np.zeros((0, 0, channels), dtype=np.uint8),)
+        with img:
+            # the header gives the size: a small stream must not decode into an image past the limit
+            # (up to 4 bytes per pixel while converting: alpha, 16- and 32-bit modes)
+            check_tensor_size(node.label, (img.size[1], img.size[0], 4), np.uint8, "decoded image")
+            try:
+                # palette, alpha, CMYK and 16-bit images all end up as 8-bit RGB or luma (ITU-R 601-2)
+                pixels = np.asarray(img.convert(mode))
+            except Exception:  # noqa: BLE001 - the spec asks for an empty result on any decoding failure
+                return (np.zeros((0, 0, channels), dtype=np.uint8),)
         if pixel_format == "Grayscale":
             pixels = pixels[:, :, None]
         elif pixel_format == "BGR":

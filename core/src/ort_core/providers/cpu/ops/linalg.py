@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_matmul
 from ..registry import register
 
 _NARROW_FLOATS = {"float16", "bfloat16"}
@@ -28,6 +29,7 @@ def matmul_factory(node, opset):
         if a.ndim == 0 or b.ndim == 0:
             raise KernelError(f"{label}: MatMul operands must have rank >= 1, got shapes "
                               f"{a.shape} and {b.shape}")
+        check_matmul(label, a, b)
         try:
             y = _matmul(a, b)
         except ValueError as e:
@@ -53,6 +55,7 @@ def gemm_factory(node, opset):
         if at.shape[1] != bt.shape[0]:
             raise KernelError(f"{label}: Gemm inner dimensions differ: A' is {at.shape}, B' is {bt.shape} "
                               f"(transA={int(trans_a)}, transB={int(trans_b)})")
+        check_matmul(label, at, bt)
         y = _matmul(at, bt)
         dt = y.dtype.type
         if alpha != 1.0:

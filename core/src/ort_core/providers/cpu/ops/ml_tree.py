@@ -11,6 +11,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ....limits import check_tensor_size
 from ..registry import register
 from .ml_linear import ML, binary_scores, class_labels, pick, post_transform, transform_name
 
@@ -65,6 +66,7 @@ class _Forest:
             raise KernelError(f"{self.label}: a target/class id is outside [0, {n_targets})")
         if nodes.size and (nodes.min() < 0 or nodes.max() >= m):
             raise KernelError(f"{self.label}: a leaf weight points outside the tree nodes")
+        check_tensor_size(self.label, (m, n_targets), np.float64, "leaf value table")  # n_targets is an attribute
         self.values = np.zeros((m, n_targets))
         self.has = np.zeros((m, n_targets), dtype=bool)
         np.add.at(self.values, (nodes, targets), np.asarray(weights, dtype=np.float64))

@@ -124,10 +124,13 @@ def lrn_factory(node, opset):
             raise KernelError(f"{label}: LRN input must have rank >= 3, got shape {x.shape}")
         cdt = _compute_dtype(x.dtype)
         C = x.shape[1]
-        sq = np.zeros((x.shape[0], C + size - 1) + x.shape[2:], dtype=cdt)
-        np.square(x, out=sq[:, before:before + C], dtype=cdt)
+        # channels past either end are zeros: a window wider than the channels sums just as much with
+        # its padding cut to C - 1 on each side (a hostile 'size' of 2**31 costs neither memory nor time)
+        lo, hi = min(before, max(C - 1, 0)), min(size - 1 - before, max(C - 1, 0))
+        sq = np.zeros((x.shape[0], C + lo + hi) + x.shape[2:], dtype=cdt)
+        np.square(x, out=sq[:, lo:lo + C], dtype=cdt)
         acc = sq[:, 0:C].copy()
-        for t in range(1, size):
+        for t in range(1, lo + hi + 1):
             acc += sq[:, t:t + C]
         acc *= cdt.type(alpha / size)
         acc += cdt.type(bias)

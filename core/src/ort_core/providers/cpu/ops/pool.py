@@ -14,6 +14,7 @@ from ....errors import KernelError
 from ..registry import register
 from .conv import (
     bounded_cache,
+    check_window_sizes,
     crop_view,
     ints_attr,
     phase_buffer,
@@ -49,16 +50,17 @@ class _PoolAttrs:
             raise KernelError(f"{node.label}: negative pads {self.pads} are not supported")
         self._cache: dict = {}
 
-    def geometry(self, x_shape):
+    def geometry(self, x_shape, dtype=np.float32):
         """Cached per input shape: dict(begin, end, out, ph) with ph the wide-layout plan."""
-        return bounded_cache(self._cache, x_shape, lambda: self._geometry(x_shape))
+        return bounded_cache(self._cache, x_shape, lambda: self._geometry(x_shape, dtype))
 
-    def _geometry(self, x_shape):
+    def _geometry(self, x_shape, dtype):
         if len(x_shape) != self.nsp + 2:
             raise KernelError(f"{self.label}: input of rank {len(x_shape)} does not match kernel_shape "
                               f"{self.kernel} (expected rank {self.nsp + 2})")
         begin, end, _, out = window_geometry(self.label, x_shape[2:], self.kernel, self.strides,
                                                 self.dilations, self.pads, self.auto_pad, self.ceil_mode)
+        check_window_sizes(self.label, x_shape, x_shape[1], begin, end, out, dtype)
         ph = phase_plan(x_shape[2:], self.kernel, self.strides, self.dilations, begin, out)
         return dict(begin=begin, end=end, out=out, ph=ph)
 
@@ -96,7 +98,7 @@ def max_pool_factory(node, opset):
         raise KernelError(f"{node.label}: MaxPool-{opset} has a single output")
 
     def kernel(x):
-        g = pa.geometry(x.shape)
+        g = pa.geometry(x.shape, x.dtype)
         ph = g["ph"]
         taps = wide_taps(phase_buffer(x, ph, _min_value(x.dtype)), ph)
         y = taps[0].copy()
@@ -161,7 +163,7 @@ def average_pool_factory(node, opset):
     full = math.prod(pa.kernel)
 
     def kernel(x):
-        g = pa.geometry(x.shape)
+        g = pa.geometry(x.shape, x.dtype)
         acc = _window_sum(x, g)
         counts = pa.counts(x.shape, include_pad)
         y = np.empty(acc.shape, dtype=x.dtype)
@@ -178,7 +180,7 @@ def lp_pool_factory(node, opset):
     p = _read_p(node, opset)
 
     def kernel(x):
-        acc = np.ascontiguousarray(_window_sum(_lp_power(x, p), pa.geometry(x.shape)))
+        acc = np.ascontiguousarray(_window_sum(_lp_power(x, p), pa.geometry(x.shape, x.dtype)))
         return (_lp_root(acc, p).astype(x.dtype, copy=False),)
 
     return kernel

@@ -13,6 +13,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ....ir.types import np_dtype
+from ....limits import check_tensor_size
 from ..registry import register
 
 _FLOATS = (np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
@@ -83,6 +84,7 @@ def _from_attrs(kind: str):
         if min(shape, default=0) < 0:
             raise KernelError(f"{node.label}: negative dimension in shape {list(shape)}")
         dtype = _float_dtype(node, node.attr("dtype", 1))
+        check_tensor_size(node.label, shape, np.float64)  # drawn in double, then cast
         seed, (a, b) = _seed_of(node), _params(node, kind)
 
         def kernel():
@@ -146,6 +148,7 @@ def _multinomial(node: Node, opset: int):
             raise KernelError(f"{node.label}: input must be [batch_size, class_size] with classes, "
                               f"got shape {logits.shape}")
         nb, nc = logits.shape
+        check_tensor_size(node.label, (nb, n), np.float64)
         z = logits.astype(np.float64)
         z -= z.max(axis=1, keepdims=True)  # unnormalized log-probabilities -> stable exp
         cdf = np.cumsum(np.exp(z), axis=1)

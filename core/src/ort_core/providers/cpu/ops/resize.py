@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 _MODES = ("nearest", "linear", "cubic")
@@ -197,6 +198,7 @@ def _resample(plan: _Plan, x: np.ndarray, axes: list[_Axis]) -> np.ndarray:
     for a, (n_in, n_out) in enumerate(zip(x.shape, out_shape)):
         if n_in == 0 and n_out != 0:
             raise KernelError(f"{plan.label}: cannot resize empty axis {a} to size {n_out}")
+    check_tensor_size(plan.label, out_shape, x.dtype)
     if 0 in x.shape or 0 in out_shape:
         return np.empty(out_shape, dtype=x.dtype)
     dtype = x.dtype
@@ -207,6 +209,9 @@ def _resample(plan: _Plan, x: np.ndarray, axes: list[_Axis]) -> np.ndarray:
         identity_roi = plan.coord != "tf_crop_and_resize" or ax.roi == (0.0, 1.0)
         if n_in == ax.out_len and ax.scale == 1.0 and identity_roi:
             continue
+        # axes are resized one after another: an intermediate may exceed both ends (up, then down)
+        check_tensor_size(plan.label, y.shape[:axis] + (ax.out_len,) + y.shape[axis + 1:], work,
+                          "intermediate result")
         idx, w, outside = plan.axis_taps(n_in, ax)
         if w is not None and y.dtype != work:
             y = y.astype(work)
@@ -254,6 +259,8 @@ def _resolve(plan: _Plan, x: np.ndarray, axes_attr, roi, scales, sizes) -> list[
             raise KernelError(f"{label}: 'scales' has {len(s)} values, expected {n}")
         if min(s) <= 0:
             raise KernelError(f"{label}: 'scales' must be positive, got {s}")
+        if not all(math.isfinite(v) for v in s):
+            raise KernelError(f"{label}: 'scales' must be finite, got {s}")
         for a, v, r in zip(axes, s, rois):
             length = x.shape[a] * v
             result[a] = _Axis(int(math.floor(length)), v, length, r)
@@ -321,8 +328,8 @@ def _upsample(plan: _Plan, x: np.ndarray, scales) -> np.ndarray:
     s = _as_floats(scales)
     if len(s) != x.ndim:
         raise KernelError(f"{plan.label}: 'scales' has {len(s)} values, expected {x.ndim} (rank of X)")
-    if min(s, default=1.0) < 1:
-        raise KernelError(f"{plan.label}: Upsample scales must be >= 1, got {s}")
+    if min(s, default=1.0) < 1 or not all(math.isfinite(v) for v in s):
+        raise KernelError(f"{plan.label}: Upsample scales must be finite and >= 1, got {s}")
     return _resample(plan, x, [_Axis(int(math.floor(n * v)), v, n * v) for n, v in zip(x.shape, s)])
 
 

@@ -273,6 +273,8 @@ def _gru(node: Node, opset: int):
     def kernel(x, w, r, b=None, seq_lens=None, h0=None):
         _check_x(cfg.label, x)
         H = cfg.hidden if cfg.hidden is not None else r.shape[-1]
+        if r.ndim != 3 or r.shape[-1] != H:  # before sizing anything by the hidden_size attribute
+            raise KernelError(f"{cfg.label}: R of shape {tuple(r.shape)} does not fit hidden_size {H}")
         # Rbh stays out of the folded bias when it must be multiplied by r
         fold = np.ones(3 * H)
         if lbr:

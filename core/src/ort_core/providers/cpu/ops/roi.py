@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 _SAMPLE_BUDGET = 1 << 22  # gathered values (samples x channels) held at once
@@ -115,10 +116,16 @@ def _roi_align(label, plan, x, rois, batch_indices):
     if batch.size and (batch.min() < 0 or batch.max() >= n):
         raise KernelError(f"{label}: batch_indices must lie in [0, {n}), got {batch.tolist()}")
     work = np.float64 if x.dtype == np.float64 else np.float32
+    check_tensor_size(label, (rois.shape[0], c, out_h, out_w), work)
     y = np.zeros((rois.shape[0], out_h * out_w, c), dtype=work)
     if rois.shape[0] and c and height and width:
         planes = np.moveaxis(x, 1, -1).reshape(-1, c).astype(work, copy=False)  # (N*H*W, C)
         geometry = _geometry(plan, rois.astype(np.float64))
+        # huge ROIs sample a huge adaptive grid: one ROI's samples must fit the size limit
+        grid = geometry[4].astype(np.float64) * geometry[5].astype(np.float64)
+        if grid.size and grid.min() < 0:
+            raise KernelError(f"{label}: rois {rois.tolist()[:4]} are too large to sample")
+        check_tensor_size(label, (int(grid.max()) * out_h * out_w, 5 * c), work, "sampling grid of one ROI")
         # chunks of ROIs bound the memory of the gathered corner values
         cost = np.cumsum(np.maximum(geometry[4] * geometry[5], 1) * (out_h * out_w * 4 * c))
         lo = 0

@@ -11,6 +11,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -187,6 +188,7 @@ def _one_hot(node: Node, opset: int):
         if not -rank <= axis < rank:
             raise KernelError(f"{node.label}: axis {axis} is out of range for output rank {rank}")
         a = axis % rank
+        check_tensor_size(node.label, indices.shape[:a] + (n,) + indices.shape[a:], values.dtype)
         idx = indices.astype(np.int64)
         if negative_indices:
             idx = np.where(idx < 0, idx + n, idx)
@@ -271,6 +273,7 @@ def _center_crop_pad(node: Node, opset: int):
             elif want > have:  # pad: the odd extra element goes at the end
                 start = (want - have) // 2
                 dst[a] = slice(start, start + have)
+        check_tensor_size(node.label, out_shape, x.dtype)
         out = np.full(out_shape, _fill_value(x.dtype), dtype=x.dtype)
         out[tuple(dst)] = x[tuple(src)]
         return (out,)

@@ -11,6 +11,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -371,6 +372,7 @@ def _expand(node: Node, opset: int):
         out_shape = tuple(out_shape)
         if out_shape == x.shape:
             return (x,)
+        check_tensor_size(node.label, out_shape, x.dtype)
         out = np.empty(out_shape, dtype=x.dtype)
         np.copyto(out, x)
         return (out,)
@@ -383,6 +385,7 @@ def _tile_v1(node: Node, opset: int):
         reps = [1] * x.ndim
         reps[_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)] = int(
             np.asarray(tiles).reshape(-1)[0])
+        check_tensor_size(node.label, [d * r for d, r in zip(x.shape, reps)], x.dtype)
         return (np.tile(x, reps),)
     return kernel
 
@@ -394,6 +397,7 @@ def _tile(node: Node, opset: int):
         if len(reps) != x.ndim or min(reps, default=0) < 0:
             raise KernelError(f"{node.label}: repeats {reps} must hold {x.ndim} non-negative "
                               "values")
+        check_tensor_size(node.label, [d * r for d, r in zip(x.shape, reps)], x.dtype)
         return (np.tile(x, reps),)
     return kernel
 
@@ -418,8 +422,9 @@ def _pad(node: Node, x: np.ndarray, pads: list[int], mode: str, value, axes) -> 
         end = [max(e, 0) for e in end]
     if not any(begin) and not any(end):
         return x
+    shape = [d + b + e for d, b, e in zip(x.shape, begin, end)]
+    check_tensor_size(node.label, shape, x.dtype)
     if mode == "constant":
-        shape = [d + b + e for d, b, e in zip(x.shape, begin, end)]
         if value is None or (x.dtype.kind != "O" and value == 0):
             out = np.zeros(shape, dtype=x.dtype)  # calloc: only the copy below touches memory
         else:

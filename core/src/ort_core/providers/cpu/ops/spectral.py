@@ -10,6 +10,7 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from ....errors import KernelError
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -50,6 +51,7 @@ def _dft(label: str, x: np.ndarray, length, axis: int, inverse: bool, onesided: 
         n = _scalar(label, "dft_length", length)
     if n < 1:
         raise KernelError(f"{label}: dft_length must be positive, got {n}")
+    check_tensor_size(label, x.shape[:axis] + (n,) + x.shape[axis + 1:-1], np.complex128)
     if onesided and not inverse:
         if is_complex:
             raise KernelError(f"{label}: onesided forward DFT needs a real input (last dimension 1)")

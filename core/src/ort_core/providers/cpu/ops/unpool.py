@@ -10,6 +10,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ....limits import check_tensor_size
 from ..registry import register
 
 
@@ -36,6 +37,7 @@ def _max_unpool(node: Node, opset: int):
         # the unpooled shape inverts MaxPool's output-size formula
         inferred = x.shape[:2] + tuple((d - 1) * s - (pads[i] + pads[i + n]) + k for i, (d, s, k)
                                        in enumerate(zip(x.shape[2:], strides, kernel_shape)))
+        check_tensor_size(node.label, inferred, x.dtype, "unpooled output")
         total = math.prod(inferred)
         flat_idx = indices.reshape(-1)
         if flat_idx.size and (flat_idx.min() < 0 or flat_idx.max() >= total):
@@ -53,6 +55,7 @@ def _max_unpool(node: Node, opset: int):
         if len(shape) != x.ndim or any(o < i for o, i in zip(shape, inferred)):
             raise KernelError(f"{node.label}: output_shape {list(shape)} must have rank {x.ndim} "
                               f"and be at least the unpooled shape {list(inferred)}")
+        check_tensor_size(node.label, shape, x.dtype)
         out = np.zeros(shape, dtype=x.dtype)
         out[tuple(slice(0, d) for d in inferred)] = y
         return (out,)

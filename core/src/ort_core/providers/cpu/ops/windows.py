@@ -13,6 +13,7 @@ from onnx import TensorProto
 
 from ....errors import KernelError
 from ....ir.types import np_dtype
+from ....limits import check_tensor_size
 from ..registry import register
 
 _NUMERIC = {TensorProto.UINT8, TensorProto.UINT16, TensorProto.UINT32, TensorProto.UINT64, TensorProto.INT8,
@@ -61,6 +62,7 @@ def _window(node, opset):
         n = int(_scalar(node.label, "size", size))
         if n < 0:
             raise KernelError(f"{node.label}: size must not be negative, got {n}")
+        check_tensor_size(node.label, (n,), np.float64)
         # a periodic window is the symmetric window of length size + 1 without its last point
         period = n if periodic else n - 1
         if period <= 0:  # a single point: the window's peak
@@ -84,6 +86,7 @@ def _mel_weight_matrix(node, opset):
             raise KernelError(f"{label}: need num_mel_bins, dft_length, sample_rate >= 1 and "
                               f"0 <= lower_edge_hertz < upper_edge_hertz, got {n_mel}, {n_dft}, {rate}, {low}, {high}")
         n_bins = n_dft // 2 + 1
+        check_tensor_size(label, (n_bins, n_mel + 2), np.float64)
 
         # n_mel + 2 band edges evenly spaced in mel, mapped back to spectrogram bin indices;
         # like onnxruntime, the mel step divides the range by the number of edges

@@ -1,0 +1,119 @@
+"""Hook implementations of OpenVINOExecutionProvider: the module the entry point names.
+
+Each hook is a thin answer built from ``runtime`` (the C API binding), ``options``,
+``capability`` (what OpenVINO takes) and ``kernel`` (the compiled subgraph). Values stay in host
+memory: OpenVINO's CPU device computes there, and other devices copy inside OpenVINO.
+"""
+
+from __future__ import annotations
+
+from ort_core.memory import HOST, HostAllocator, HostDataTransfer
+from ort_core.plugins import Capability, ProviderInfo, hookimpl
+
+from . import __version__
+from . import runtime as rt
+from .capability import PROBES, Context, unsupported_reason
+from .kernel import compile_subgraph
+from .options import PRECISION_CAPABILITY, Options, parse
+
+NAME = "OpenVINOExecutionProvider"
+ALLOCATOR = HostAllocator()
+TRANSFER = HostDataTransfer()
+
+
+@hookimpl
+def ort_register_providers():
+    reason = rt.unavailable_reason()  # never raises: a missing library is an answer, not an error
+    version = ""
+    if not reason:
+        version = rt.runtime().version
+    return [ProviderInfo(NAME, (HOST,), available=not reason, reason=reason,
+                         description=f"OpenVINO {version or '(not loaded)'} through its C API (cffi): "
+                                     "fused ONNX subgraphs compiled for CPU, GPU, NPU or AUTO",
+                         version=__version__)]
+
+
+@hookimpl
+def ort_get_capability(provider, graph, options):
+    opts = parse(options)
+    nodes = graph.nodes()
+    device_problem = device_reason(opts)
+    if device_problem:
+        # every node gets the reason; the session falls back to the next provider for all of them
+        return Capability((), {n.id: device_problem for n in nodes}, fuse=True)
+    PROBES.load(opts.cache_dir)
+    ctx = Context.of_view(graph)
+    claimed, declined = [], {}
+    for node in nodes:
+        why = unsupported_reason(node, ctx, probe_device(opts))
+        if why is None:
+            claimed.append(node.id)
+        else:
+            declined[node.id] = why
+    if opts.cache_dir:
+        PROBES.save(opts.cache_dir)
+    return Capability(tuple(claimed), declined, fuse=True)
+
+
+@hookimpl
+def ort_compile(provider, subgraph, options):
+    opts = parse(options)
+    problem = device_reason(opts)
+    if problem:
+        raise RuntimeError(problem)
+    ctx = Context.of_subgraph(subgraph)
+    for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
+        why = unsupported_reason(node, ctx, probe_device(opts))
+        if why is not None:
+            raise ValueError(f"{node.label}: {why}")
+    return compile_subgraph(subgraph, opts)
+
+
+@hookimpl
+def ort_allocator(provider, device):
+    if device != HOST:
+        raise ValueError(f"{NAME} keeps its values in host memory ({HOST}), not {device}")
+    return ALLOCATOR
+
+
+@hookimpl
+def ort_data_transfer(provider):
+    return TRANSFER
+
+
+def probe_device(opts: Options) -> str:
+    """The device probes compile for: the one named, or for AUTO/HETERO/MULTI the first listed
+    (plain AUTO: CPU, which AUTO always has and falls back to)."""
+    devices = opts.devices
+    return devices[0] if devices else "CPU"
+
+
+def device_reason(opts: Options) -> str:
+    """Why the requested device cannot be used here (absent, or the precision unsupported), or ""."""
+    try:
+        core = rt.core()
+        available = core.available_devices()
+    except (rt.RuntimeUnavailable, rt.OpenVINOError) as e:
+        return str(e)
+    for dev in opts.devices:
+        if not _present(dev, available):
+            return f"OpenVINO device {dev} is not available here (available: {', '.join(available) or 'none'})"
+    need = PRECISION_CAPABILITY.get(opts.precision)
+    if need:
+        for dev in opts.devices or ["CPU"]:
+            try:
+                caps = core.get_property(dev, "OPTIMIZATION_CAPABILITIES").split()
+            except rt.OpenVINOError as e:
+                return f"cannot ask {dev} for its capabilities: {e}"
+            if need not in caps:
+                return (f"precision {opts.precision} is not supported by OpenVINO's {dev} device "
+                        f"(it offers {' '.join(caps)})")
+    return ""
+
+
+def _present(device: str, available: list[str]) -> bool:
+    if device in available:
+        return True
+    base, _, index = device.partition(".")
+    # one GPU is listed as 'GPU' but answers to 'GPU.0' too; 'GPU' alone means any GPU
+    return (not index and any(a.split(".")[0] == base for a in available)) or (index == "0" and base in available)
