@@ -1,13 +1,6 @@
-"""Type and shape inference of the main graph through onnx's operator schemas, one node at a time.
-
-onnx's whole-graph inference hands an operator's inference function a null type for an input it could
-not type (an undefined value, the output of a node whose inference failed) and several of those
-functions dereference it: the interpreter crashes. Here onnx infers a node only when it fits its schema
-(arity, required inputs and attributes, attribute types) and all its inputs are typed. If, Loop and Scan
-are never handed to onnx (it would infer their bodies whole): their bodies are walked the same way and
-their outputs get the element types the bodies yield. Nodes without an onnx schema keep declared types.
-Fuzzing still finds inference functions that crash on odd attribute values, so by default onnx runs in
-a forked helper process (ir.isolated).
+"""Type inference of the main graph through onnx's schemas, node by node: onnx is asked only about nodes
+that fit their schema and whose inputs are typed (its inference functions crash the interpreter on some
+others). If/Loop/Scan bodies are walked here; by default the whole runs in the helper of ir.isolated.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""A forked helper process running onnx's type inference, so that a crash in onnx's C++ on a hostile
-model kills the helper, not the interpreter. Forked on first use and again after a crash; it gets models
-(weights left out) through a pipe and streams back (name, type) records.
-
-Needs os.fork (POSIX): elsewhere nothing is inferred. Knows nothing of sessions; the inference itself
-is ir.inference's.
+"""A forked helper process running ir.inference, so that a crash in onnx's C++ on a hostile model kills
+the helper, not the interpreter: models (weights left out) go in through a pipe, (name, type) records come
+back; forked on first use and again after a crash. POSIX only (no fork: nothing is inferred).
 """
 
 from __future__ import annotations

@@ -1,7 +1,6 @@
-"""Structural checks of a loaded model, run at session creation before any pass walks it: each value
-defined once, every read defined, no cycles, known domains and opset versions, named inputs and outputs,
-bounded subgraph nesting. Errors name the graph, the node and the problem; whether an operator is
-supported, and with which types, is left to the partitioner and the kernels.
+"""Structural checks of a loaded model at session creation: each value defined exactly once, no cycles,
+known domains and opsets, operators fitting their schema's counts and attribute types, bounded nesting.
+Errors name the graph and node; operator support and tensor types are the partitioner's and kernels' job.
 """
 
 from __future__ import annotations
