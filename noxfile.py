@@ -105,7 +105,7 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def demo(session: nox.Session) -> None:
     """What a new user sees: install the core and run its bundled demo model."""
-    session.install(CORE)
+    session.install(f"./{CORE}")
     session.run("ort-core", "demo")
 
 

@@ -107,17 +107,20 @@ def resolve(model: str, tmp: str) -> str:
     return path
 
 
-def timed(fns: list, runs: int, warmup: int = 3, block: int = 5) -> list[np.ndarray]:
+def timed(fns: list, runs: int, warmup: int = 3, block: int = 10, settle: float = 0.3) -> list[np.ndarray]:
     """Milliseconds per call of each function, measured in rounds: each round gives every
-    function one untimed call and then ``block`` timed ones. Rounds spread the machine's ups and
-    downs over all runtimes alike; blocks keep one runtime's idle threads (thread pools spin a
-    while after a run) from being timed against the next one's work."""
+    function, after a pause, two untimed calls and then ``block`` timed ones. Rounds spread the
+    machine's ups and downs over all runtimes alike; the pause lets the previous runtime's
+    threads stop spinning (BLAS and inference thread pools busy-wait a while after a call), which
+    would otherwise be timed against the next runtime's work."""
     for fn in fns:
         for _ in range(warmup):
             fn()
     t = [[] for _ in fns]
     while len(t[0]) < runs:
         for k, fn in enumerate(fns):
+            time.sleep(settle)
+            fn()
             fn()
             for _ in range(min(block, runs - len(t[k]))):
                 t0 = time.perf_counter()

@@ -1,9 +1,7 @@
-"""Which nodes OpenVINO can take: a table of its ONNX frontend's ops, dtype rules, and probes.
+"""Which nodes OpenVINO can take: its ONNX frontend's op table, element-type rules, probes.
 
-OpenVINO's C API has no query_model, so a node is judged in three steps: the op must be in the
-frontend's table, its element types must be ones OpenVINO computes exactly (rules below), and a
-one-node model with the node's attributes, element types and ranks must read and compile on the
-device (a probe, cached per signature in memory and, with cache_dir, on disk). Running is not here.
+A node must be in the table, pass the rules (what OpenVINO computes differently from ONNX) and
+compile as a one-node model (a probe, cached per signature); running nodes is not done here.
 """
 
 from __future__ import annotations

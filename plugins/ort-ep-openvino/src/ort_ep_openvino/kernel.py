@@ -1,8 +1,7 @@
 """A fused subgraph compiled by OpenVINO, and the stateless kernel that runs it.
 
-The subgraph's ONNX bytes are read and compiled once; each call borrows an infer request from a
-thread-safe pool, points the inputs at the caller's numpy buffers (no copy) and copies the
-outputs out. Which nodes may be compiled is capability.py's business.
+Each call borrows an infer request from a thread-safe pool, points the inputs at the caller's
+numpy buffers (no copy) and copies the outputs out; which nodes may be compiled is not decided here.
 """
 
 from __future__ import annotations

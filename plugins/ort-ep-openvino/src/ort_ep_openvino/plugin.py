@@ -1,8 +1,7 @@
 """Hook implementations of OpenVINOExecutionProvider: the module the entry point names.
 
-Each hook is a thin answer built from ``runtime`` (the C API binding), ``options``,
-``capability`` (what OpenVINO takes) and ``kernel`` (the compiled subgraph). Values stay in host
-memory: OpenVINO's CPU device computes there, and other devices copy inside OpenVINO.
+Thin answers built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay in
+host memory (OpenVINO's CPU device computes there; other devices copy inside OpenVINO).
 """
 
 from __future__ import annotations

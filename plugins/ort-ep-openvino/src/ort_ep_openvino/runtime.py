@@ -1,8 +1,7 @@
-"""cffi binding (ABI mode) to OpenVINO's C API, libopenvino_c, as shipped in the openvino wheel.
+"""cffi binding (ABI mode) to OpenVINO's C API, the libopenvino_c shipped in the openvino wheel.
 
-Declares only the functions this plugin calls, finds the library inside the installed openvino
-package (never importing its Python API) and wraps core, model, compiled model, infer request and
-tensor handles with ownership and status checks. What to compile and when is not decided here.
+Declares only the functions called, finds the library without importing openvino's Python API,
+and wraps each handle with ownership and status checks; what to compile is not decided here.
 """
 
 from __future__ import annotations
