@@ -11,8 +11,6 @@ import pytest
 from . import known, report
 from .cases import model_cases, node_cases
 
-_CONFIG: list = []  # the pytest config of the running session (logreport hooks receive no config)
-
 
 def pytest_addoption(parser):
     g = parser.getgroup("ort-conformance")
@@ -41,7 +39,7 @@ class State:
 def pytest_configure(config):
     if config.getoption("--ort-provider"):
         config._ort_state = State(config)
-        _CONFIG[:] = [config]
+        config.pluginmanager.register(_Collector(config._ort_state), "ort-conformance-collector")
 
 
 def _state(config) -> State:
@@ -98,22 +96,21 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.xfail(reason=f"known failure: {reason}", strict=strict))
 
 
-def pytest_runtest_logreport(report):
-    state = getattr(_config_of(report), "_ort_state", None)
-    if state is None:
-        return
-    key = report.nodeid.split("::")[-1]
-    if hasattr(report, "wasxfail"):
-        outcome = "xpassed" if report.passed else "xfailed"
-    else:
-        outcome = report.outcome
-    # the call phase decides; setup/teardown only when they did not pass
-    if report.when == "call" or outcome != "passed":
-        state.outcomes[key] = outcome
+class _Collector:
+    """Records each test's outcome into the run's State (registered per run: no module state)."""
 
+    def __init__(self, state: State) -> None:
+        self.state = state
 
-def _config_of(report):
-    return _CONFIG[0] if _CONFIG else None
+    def pytest_runtest_logreport(self, report):
+        key = report.nodeid.split("::")[-1]
+        if hasattr(report, "wasxfail"):
+            outcome = "xpassed" if report.passed else "xfailed"
+        else:
+            outcome = report.outcome
+        # the call phase decides; setup/teardown only when they did not pass
+        if report.when == "call" or outcome != "passed":
+            self.state.outcomes[key] = outcome
 
 
 def pytest_sessionfinish(session, exitstatus):

@@ -33,12 +33,13 @@ def explain(session) -> str:
         lines += [f"        {_name(n)}" for n in nodes]
         i = j
     declined = [(p, r) for p, r in part.declined.items() if r and p in providers]
+    by_id = graph.nodes_by_id()
     if declined:
         lines += ["", "declined, with each provider's reason:"]
         for p, reasons in declined:
             lines.append(f"  {p}:")
             for nid, why in sorted(reasons.items()):
-                lines.append(f"    {_name(graph.node_by_id(nid))}: {why}")
+                lines.append(f"    {_name(by_id[nid])}: {why}")
     copies = [s.label for s in session._plan.steps if s.label.startswith("copy of ")]
     lines += ["", f"copies between devices per run: {len(copies)}"]
     lines += [f"  {c[len('copy of '):]}" for c in copies]

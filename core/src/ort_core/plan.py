@@ -57,8 +57,6 @@ class ExecutionPlan:
         self.slots: dict[tuple[str, Device], int] = {}
         self.template: list[Any] = []
         self.steps: list[Step] = []
-        self.input_slots: dict[str, int] = {}
-        self.output_slots: dict[str, int] = {}
         self.location: dict[str, Device] = {}  # where each value is produced (set by PlanBuilder)
         self.keep: frozenset[int] = frozenset()  # slots never released (graph outputs)
         self._routes: dict[Any, Route] = {}

@@ -181,8 +181,9 @@ class InferenceSession:
         self._overridable = [NodeArg.from_value_info(v) for v in graph.inputs if v.name in overridable]
         self._feedable = {a.name: a for a in self._inputs + self._overridable}
         self._required = [a.name for a in self._inputs]
-        self._constants = constant_initializers(graph)
         self._optional_outputs = {v.name for v in graph.outputs if v.type.kind == "optional"}
+        self._all_output_names = list(self._output_slots)
+        self._all_output_slots = list(self._output_slots.values())
 
     # -------------------------------------------------------------------- run
     def run(self, output_names: Sequence[str] | None, input_feed: dict[str, Any],
@@ -207,8 +208,7 @@ class InferenceSession:
             raise InvalidArgument(f"missing input(s) {missing}; the model requires "
                                   f"{self._required}")
         if output_names is None:
-            want = list(self._output_slots.values())
-            names = list(self._output_slots)
+            want, names = self._all_output_slots, self._all_output_names
         else:
             names = list(output_names)
             unknown = [n for n in names if n not in self._output_slots]

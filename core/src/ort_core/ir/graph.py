@@ -82,9 +82,10 @@ class Graph:
     sparse_initializers: list[Any] = field(default_factory=list)
 
     def node_by_id(self, node_id: int) -> Node:
-        return self._ids()[node_id]
+        """One node by id; looping callers should take ``nodes_by_id()`` once instead."""
+        return self.nodes_by_id()[node_id]
 
-    def _ids(self) -> dict[int, Node]:
+    def nodes_by_id(self) -> dict[int, Node]:
         return {n.id: n for n in self.nodes}
 
     def type_of(self, name: str) -> ValueType | None:
@@ -104,6 +105,11 @@ class Graph:
                 return ValueType.tensor(elem_type_of(arr.dtype) or 0, arr.shape)
             g = g.parent
         return None
+
+    def constant_initializers(self) -> dict[str, np.ndarray]:
+        """Initializers no feed can override: those not also listed as graph inputs."""
+        feedable = {v.name for v in self.inputs}
+        return {k: v for k, v in self.initializers.items() if k not in feedable}
 
     def producers(self) -> dict[str, Node]:
         return {o: n for n in self.nodes for o in n.outputs if o}
@@ -130,7 +136,7 @@ class Graph:
             deps[n.id] = {producers[i].id for i in reads if i in producers and producers[i] is not n}
         order: list[Node] = []
         state: dict[int, int] = {}
-        by_id = self._ids()
+        by_id = self.nodes_by_id()
         for root in self.nodes:
             if root.id in state:
                 continue

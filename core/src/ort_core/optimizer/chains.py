@@ -68,9 +68,8 @@ def _compose_transposes(graph: Graph, inner: Node, outer: Node, protected: set[s
 
 
 def _skip_inner_reshape(graph: Graph, inner: Node, outer: Node) -> bool:
-    shape = graph.initializers.get(outer.inputs[1]) if len(outer.inputs) > 1 else None
-    feedable = {v.name for v in graph.inputs}
-    if shape is None or outer.inputs[1] in feedable or np.any(np.asarray(shape) == 0):
+    shape = graph.constant_initializers().get(outer.inputs[1]) if len(outer.inputs) > 1 else None
+    if shape is None or np.any(np.asarray(shape) == 0):
         return False
     outer.inputs = [inner.inputs[0], outer.inputs[1]]
     graph.nodes = [n for n in graph.nodes if n is not inner]

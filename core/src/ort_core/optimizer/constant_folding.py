@@ -22,7 +22,7 @@ def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
     if any(n.op_type == "Gradient" for n in graph.nodes):
         return 0  # folding the forward cone a Gradient differentiates would zero its result
     feedable = {v.name for v in graph.inputs}
-    constants = {k for k in graph.initializers if k not in feedable}
+    constants = set(graph.constant_initializers())
     folded_ids: set[int] = set()
     for node in graph.topological_order():
         if _foldable(node, constants) and not (set(node.outputs) & feedable):

@@ -18,10 +18,11 @@ def fold_into_conv(graph: Graph) -> int:
     changed = True
     while changed:  # Conv+BN+Mul+Add chains fold one step at a time
         changed = False
-        constants = _constants(graph)
+        constants = graph.constant_initializers()
+        producers = graph.producers()  # valid for this round: the loop restarts after each fold
         protected = protected_names(graph)
         for node in list(graph.nodes):
-            conv = _foldable_conv(graph, node, constants, protected)
+            conv = _foldable_conv(graph, node, constants, protected, producers)
             if conv is None:
                 continue
             scale_shift = _scale_shift(node, constants, conv)
@@ -34,18 +35,14 @@ def fold_into_conv(graph: Graph) -> int:
     return folded
 
 
-def _constants(graph: Graph) -> dict:
-    feedable = {v.name for v in graph.inputs}
-    return {k: v for k, v in graph.initializers.items() if k not in feedable}
-
-
-def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str]) -> Node | None:
+def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str],
+                   producers: dict[str, Node]) -> Node | None:
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("BatchNormalization", "Mul", "Add"):
         return None
     x = node.inputs[0] if node.op_type == "BatchNormalization" else _other_than_constant(node, constants)
     if x is None:
         return None
-    conv = next((n for n in graph.nodes if x in n.outputs), None)
+    conv = producers.get(x)
     if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or x in protected:
         return None
     if len(consumers_of(graph, x)) != 1 or conv.inputs[1] not in constants:

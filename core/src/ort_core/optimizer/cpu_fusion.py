@@ -29,8 +29,8 @@ def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
             _merge(graph, node, nxt, f"Fused{node.op_type}", {"activation": nxt.op_type,
                    **{f"activation_{k}": v for k, v in nxt.attrs.items()}}, extra_inputs=nxt.inputs[1:])
             fused += 1
-        elif node.op_type == "MatMul" and nxt.op_type == "Add" and _bias_of(graph, node, nxt) is not None:
-            _merge(graph, node, nxt, "FusedMatMul", {}, extra_inputs=[_bias_of(graph, node, nxt)])
+        elif node.op_type == "MatMul" and nxt.op_type == "Add" and (bias := _bias_of(graph, node, nxt)) is not None:
+            _merge(graph, node, nxt, "FusedMatMul", {}, extra_inputs=[bias])
             fused += 1
     if fused:
         model.opset_imports.setdefault(DOMAIN, 1)
@@ -53,17 +53,17 @@ def _simple_activation(graph: Graph, act: Node) -> bool:
     """Clip's min/max must be constants (they become inputs of the fused node as they are)."""
     if act.op_type != "Clip":
         return True
-    feedable = {v.name for v in graph.inputs}
-    return all((not i) or (i in graph.initializers and i not in feedable) for i in act.inputs[1:])
+    constants = graph.constant_initializers()
+    return all((not i) or i in constants for i in act.inputs[1:])
 
 
 def _bias_of(graph: Graph, matmul: Node, add: Node) -> str | None:
     """The Add's other operand when it is a constant 1-D bias over the MatMul's last axis."""
     other = add.inputs[1] if add.inputs[0] == matmul.outputs[0] else add.inputs[0]
-    feedable = {v.name for v in graph.inputs}
-    bias = graph.initializers.get(other)
+    constants = graph.constant_initializers()
+    bias = constants.get(other)
     w = graph.initializers.get(matmul.inputs[1])
-    if bias is None or other in feedable or w is None or bias.ndim != 1 or w.ndim < 2:
+    if bias is None or w is None or bias.ndim != 1 or w.ndim < 2:
         return None
     if bias.shape[0] != w.shape[-1] or bias.dtype != w.dtype:
         return None

@@ -36,8 +36,7 @@ def _is_inference(node: Node, graph: Graph, used: set[str]) -> bool:
     if node.attr("is_test", 1) == 0:  # opset < 7 training flag
         return False
     if len(node.inputs) > 2 and node.inputs[2]:
-        flag = graph.initializers.get(node.inputs[2])
-        feedable = {v.name for v in graph.inputs}
-        if flag is None or node.inputs[2] in feedable or bool(np.asarray(flag)):
+        flag = graph.constant_initializers().get(node.inputs[2])
+        if flag is None or bool(np.asarray(flag)):
             return False  # training_mode decided at run time, or true
     return True

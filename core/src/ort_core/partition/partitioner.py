@@ -31,8 +31,9 @@ class Partition:
         total = len(graph.nodes)
         counts = Counter(self.assignment.values())
         lines = []
+        by_id = graph.nodes_by_id()
         for p in providers:
-            declined_ops = Counter(graph.node_by_id(i).op_type for i in self.declined.get(p, {}))
+            declined_ops = Counter(by_id[i].op_type for i in self.declined.get(p, {}))
             line = f"{p}: {counts.get(p, 0)}/{total} nodes"
             if declined_ops and p != providers[-1]:
                 ops = ", ".join(f"{op} x{c}" for op, c in declined_ops.most_common(8))
@@ -95,7 +96,8 @@ def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[i
             lines.append("    " + _custom_op_hint(node, opsets.get(node.domain, 0), custom_ops))
     more = f"\n  ... and {len(ids) - 5} more" if len(ids) > 5 else ""
     how = ""
-    if any(graph.node_by_id(i).domain not in ("", "ai.onnx") for i in ids):
+    by_id = graph.nodes_by_id()
+    if any(by_id[i].domain not in ("", "ai.onnx") for i in ids):
         how = ("\nTo register a custom op: in Python, declare it with @ort_core.custom_op(domain, op_type, inputs=..., "
                "outputs=...) and register it with SessionOptions.register_custom_op(op) (one session) or "
                "ort_core.register_custom_op(op) (every session); in C, build a library against "

@@ -6,6 +6,7 @@ in hookspecs.py.
 
 from __future__ import annotations
 
+import functools
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -61,9 +62,17 @@ class GraphView:
     custom_ops: CustomOpRegistry | None = None
 
     def nodes(self) -> list[Node]:
-        """Offered (still unassigned) nodes, in topological order."""
+        """Offered (still unassigned) nodes, in topological order (computed once per view)."""
+        return list(self._offered_nodes)
+
+    @functools.cached_property
+    def _offered_nodes(self) -> list[Node]:
         offered = set(self.offered)
         return [n for n in self.graph.topological_order() if n.id in offered]
+
+    @functools.cached_property
+    def _constants(self) -> dict[str, np.ndarray]:
+        return self.graph.constant_initializers()
 
     def opset(self, domain: str = "") -> int:
         domain = "" if domain == "ai.onnx" else domain
@@ -74,7 +83,7 @@ class GraphView:
 
     def constant(self, name: str) -> np.ndarray | None:
         """The value of a constant initializer (not overridable by a feed), else None."""
-        return constant_initializers(self.graph).get(name)
+        return self._constants.get(name)
 
     def custom_op(self, node: Node) -> CustomOp | None:
         """The registered custom op (``ort_core.CustomOp``) for a node outside the ONNX domain, else None.
@@ -91,9 +100,8 @@ def _custom_op(registry: Any, opsets: dict[str, int], node: Node):
 
 
 def constant_initializers(graph: Graph) -> dict[str, np.ndarray]:
-    """Initializers that a feed cannot override (those not also listed as graph inputs)."""
-    inputs = {v.name for v in graph.inputs}
-    return {k: v for k, v in graph.initializers.items() if k not in inputs}
+    """Initializers that a feed cannot override (see ``Graph.constant_initializers``)."""
+    return graph.constant_initializers()
 
 
 @dataclass
