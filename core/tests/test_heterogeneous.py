@@ -71,6 +71,7 @@ def test_alternating_subgraphs_match_cpu_and_copy_only_at_borders(plugins):
                                              ("cpu:0", "example:0"), ("example:0", "cpu:0")])
     assert sorted(second_copies) == sorted([("cpu:0", "second:0"), ("second:0", "cpu:0"),
                                             ("cpu:0", "second:0"), ("second:0", "cpu:0")])
+    # explain counts copy steps (6); the two staged ones each call both devices' transfers (4 + 4)
     text = sess.explain()
     assert "copies between devices per run: 6" in text
     assert "'a' example:0 -> second:0" in text

@@ -198,23 +198,13 @@ class InferenceSession:
             return [o.numpy() for o in outs]
         feeds: dict[int, Any] = {}
         for name, value in input_feed.items():
-            arg = self._feedable.get(name)
-            if arg is None:
-                raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
-                                      f"{[a.name for a in self._inputs]}")
-            feeds[self._input_slots[name]] = check_feed(arg, value)
-        missing = [n for n in self._required if n not in input_feed]
-        if missing:
-            raise InvalidArgument(f"missing input(s) {missing}; the model requires "
-                                  f"{self._required}")
+            feeds[self._input_slots[name]] = check_feed(self._feedable_arg(name), value)
+        self._check_all_fed(input_feed)
         if output_names is None:
             want, names = self._all_output_slots, self._all_output_names
         else:
             names = list(output_names)
-            unknown = [n for n in names if n not in self._output_slots]
-            if unknown:
-                raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
-                                      f"{list(self._output_slots)}")
+            self._check_output_names(names)
             want = [self._output_slots[n] for n in names]
         if self._profiler is not None:
             t0 = time.perf_counter_ns()
@@ -226,6 +216,24 @@ class InferenceSession:
             if r is None and n not in self._optional_outputs:
                 raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
         return results
+
+    def _feedable_arg(self, name: str) -> NodeArg:
+        arg = self._feedable.get(name)
+        if arg is None:
+            raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
+                                  f"{[a.name for a in self._inputs]}")
+        return arg
+
+    def _check_all_fed(self, given, hint: str = "") -> None:
+        missing = [n for n in self._required if n not in given]
+        if missing:
+            raise InvalidArgument(f"missing input(s) {missing}; the model requires {self._required}{hint}")
+
+    def _check_output_names(self, names) -> None:
+        unknown = [n for n in names if n not in self._output_slots]
+        if unknown:
+            raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
+                                  f"{list(self._output_slots)}")
 
     # ---------------------------------------------------------------- queries
     def get_inputs(self) -> list[NodeArg]:
@@ -491,26 +499,16 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
     placed: dict[str, Any] = {}
     on_device: dict[str, Any] = {}
     for name, ortvalue in inputs.items():
-        arg = sess._feedable.get(name)
-        if arg is None:
-            raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
-                                  f"{[a.name for a in sess._inputs]}")
-        value = checked_input(arg, ortvalue)
+        value = checked_input(sess._feedable_arg(name), ortvalue)
         if ortvalue.device.is_host:
             feeds[sess._input_slots[name]] = value
         else:
             placed[name] = ortvalue.device
             on_device[name] = value
-    missing = [n for n in sess._required if n not in inputs]
-    if missing:
-        raise InvalidArgument(f"missing input(s) {missing}; the model requires {sess._required} "
-                              "(bind them before running)")
+    sess._check_all_fed(inputs, " (bind them before running)")
     if not outputs:
         raise InvalidArgument("no output requested: bind at least one output (bind_output)")
-    unknown = [n for n, _ in outputs if n not in sess._output_slots]
-    if unknown:
-        raise InvalidArgument(f"invalid output name(s) {unknown}; the model's outputs are "
-                              f"{list(sess._output_slots)}")
+    sess._check_output_names([n for n, _ in outputs])
     route = sess._plan.route(placed, tuple(outputs), direct_copier)
     for name, value in on_device.items():
         feeds[route.inputs[name]] = value

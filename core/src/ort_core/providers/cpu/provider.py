@@ -48,7 +48,7 @@ def ort_compile(provider, subgraph, options):
     if kd is None:
         raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
     try:
-        kernel = kd.factory(node, opset, graph=subgraph.graph) if kd.wants_graph else kd.factory(node, opset)
+        kernel = kd.build(node, opset, subgraph.graph)
     except KernelError:
         raise
     except Exception as e:  # noqa: BLE001 - attribute values a factory did not foresee: the model's fault

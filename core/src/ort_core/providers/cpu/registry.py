@@ -44,6 +44,10 @@ class KernelDef:
     factory: Factory
     wants_graph: bool = False  # the factory takes graph=...
 
+    def build(self, node: Node, opset: int, graph=None) -> Kernel:
+        """The factory's kernel for ``node``, handing it the graph when it asks for one."""
+        return self.factory(node, opset, graph=graph) if self.wants_graph else self.factory(node, opset)
+
 
 _REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}
 

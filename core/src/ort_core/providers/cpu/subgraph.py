@@ -77,7 +77,7 @@ class Body:
             what = "custom ops inside subgraphs are not supported" if domain else f"opset {opset}"
             raise KernelError(f"{self.label}: {node.label} has no CPU kernel ({what})")
         version = opset if domain == "" else _NEWEST
-        kernel = kd.factory(node, version, graph=self.graph) if kd.wants_graph else kd.factory(node, version)
+        kernel = kd.build(node, version, self.graph)
         ins = tuple(slots[n] if n else 0 for n in node.inputs) + tuple(slots[n] for n in outer_scope_names(node))
         outs = tuple(slots[n] if n else 1 for n in node.outputs)
         return kernel, ins, outs, node.label
