@@ -63,6 +63,39 @@ def test_conv_bn_mul_add_identity_dropout_fold_to_conv_relu():
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], ref, rtol=1e-4, atol=1e-5)
 
 
+def test_bn_mul_add_fold_into_batch_norm():
+    """DenseNet's pattern: a BatchNormalization (no Conv before it) then per-channel Mul and Add."""
+    model = conv_chain_model()
+    model.graph.node[0].op_type = "MaxPool"  # the BN's input no longer comes from a Conv
+    del model.graph.node[0].input[1:]
+    model.graph.node[0].ClearField("attribute")
+    model.graph.node[0].attribute.extend([helper.make_attribute("kernel_shape", [1, 1])])
+    model.graph.node[1].input[0] = "c"
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]))
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    (ref,), (got,), sess = run_both(model, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+    assert "Mul" not in ops and "Add" not in ops and ops.count("BatchNormalization") == 1
+    assert sess._optimizer_stats["conv_folding"] == 2
+
+
+def test_bn_with_a_non_channel_operand_is_not_folded():
+    model = conv_chain_model()
+    for init in model.graph.initializer:
+        if init.name == "scale":  # one value per column: not per channel
+            init.CopyFrom(numpy_helper.from_array(np.arange(1, 9, dtype=np.float32).reshape(1, 1, 8), "scale"))
+    model.graph.node[0].op_type = "Relu"
+    del model.graph.node[0].input[1:]
+    model.graph.node[0].ClearField("attribute")
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]))
+    x = np.random.default_rng(0).standard_normal((1, 4, 8, 8)).astype(np.float32)
+    (ref,), (got,), sess = run_both(model, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+    ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+    assert "Mul" in ops and "Add" in ops  # the Add follows the Mul, not the BN: nothing folds
+
+
 def test_conv_output_read_twice_is_not_folded():
     model = conv_chain_model()
     model.graph.node.append(helper.make_node("Neg", ["c"], ["extra"], name="neg"))

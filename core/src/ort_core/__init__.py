@@ -9,6 +9,11 @@ Drop-in for the commonly used part of onnxruntime's Python API::
 
 from __future__ import annotations
 
+from . import blas as _blas
+
+_blas.choose_kernels_before_numpy()  # must run before anything below imports numpy
+
+from .blas import blas_info
 from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
 from .errors import (
     ExternalDataError,
@@ -78,6 +83,6 @@ __all__ = [
     "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "ExternalDataError", "Fail",
     "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
     "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtValue", "OrtWarning",
-    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "custom_op", "get_all_providers",
+    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "blas_info", "custom_op", "get_all_providers",
     "get_available_providers", "get_device", "get_version_string", "register_custom_op", "unregister_custom_op",
 ]

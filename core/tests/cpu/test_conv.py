@@ -52,6 +52,22 @@ def test_conv_grouped(geom, group, c_out):
     check("Conv", [x, w, b], dict(geom, group=group), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.parametrize("geom", [dict(pads=[1, 1, 1, 1]), dict(), dict(dilations=[2, 1], pads=[2, 1, 2, 1]),
+                                  dict(auto_pad="SAME_UPPER")], ids=str)
+@pytest.mark.parametrize("bias", [False, True])
+def test_conv_few_outputs_many_inputs(geom, bias, monkeypatch):
+    """Batch 1, stride 1, output channels <= input channels / 4: the tap-stacked GEMM path."""
+    from ort_core.providers.cpu.ops import conv
+
+    calls = []
+    stacked = conv._conv_stacked
+    monkeypatch.setattr(conv, "_conv_stacked", lambda *a: calls.append(1) or stacked(*a))
+    rng = np.random.default_rng(3)
+    x, w = rand(rng, 1, 32, 11, 30), rand(rng, 8, 32, 3, 3)
+    check("Conv", [x, w] + ([rand(rng, 8)] if bias else []), geom, rtol=1e-4, atol=1e-5)
+    assert calls
+
+
 def test_conv_depthwise_large_channels():
     rng = np.random.default_rng(2)
     x, w, b = rand(rng, 1, 32, 14, 14), rand(rng, 32, 1, 3, 3), rand(rng, 32)

@@ -1,8 +1,9 @@
 """Fold constant per-channel arithmetic into the preceding Conv: BatchNormalization (inference),
-Mul by a per-channel scale, Add of a per-channel bias.
+Mul by a per-channel scale, Add of a per-channel bias; and per-channel Mul/Add into a preceding
+inference BatchNormalization (DenseNet's BN -> Mul -> Add), whose scale and bias absorb them.
 
-Needs the Conv's weights and bias and the other operand to be constant initializers and the Conv's
-output to feed only that node; float32/float64 only. Other patterns are left alone.
+Needs the producer's parameters and the other operand to be constant initializers and the
+producer's output to feed only that node; float32/float64 only. Other patterns are left alone.
 """
 
 from __future__ import annotations
@@ -24,6 +25,12 @@ def fold_into_conv(graph: Graph) -> int:
         for node in list(graph.nodes):
             conv = _foldable_conv(graph, node, constants, protected, producers)
             if conv is None:
+                bn = _foldable_batch_norm(graph, node, constants, protected, producers)
+                if bn is not None:
+                    _apply_to_batch_norm(graph, bn, node, constants)
+                    folded += 1
+                    changed = True
+                    break
                 continue
             scale_shift = _scale_shift(node, constants, conv)
             if scale_shift is None:
@@ -54,6 +61,54 @@ def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str
     return conv
 
 
+def _inference_batch_norm(node: Node, constants: dict) -> bool:
+    if node.attr("training_mode", 0) or node.attr("spatial", 1) != 1 or node.attr("is_test", 1) == 0:
+        return False
+    return not any(o for o in node.outputs[1:]) and all(i in constants for i in node.inputs[1:5])
+
+
+def _foldable_batch_norm(graph: Graph, node: Node, constants: dict, protected: set[str],
+                         producers: dict[str, Node]) -> Node | None:
+    """The inference BatchNormalization whose output only ``node`` (Mul/Add by a constant) reads."""
+    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add"):
+        return None
+    x = _other_than_constant(node, constants)
+    bn = producers.get(x) if x is not None else None
+    if bn is None or bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or x in protected:
+        return None
+    if len(bn.inputs) < 5 or not _inference_batch_norm(bn, constants) or len(consumers_of(graph, x)) != 1:
+        return None
+    scale = constants[bn.inputs[1]]
+    x_type = graph.type_of(bn.inputs[0])
+    rank = len(x_type.shape) if x_type is not None and x_type.shape is not None else None
+    if rank is None or rank < 2 or scale.ndim != 1 or scale.dtype not in (np.float32, np.float64):
+        return None
+    other = node.inputs[1] if node.inputs[0] == x else node.inputs[0]
+    if constants[other].dtype != scale.dtype or _per_channel(constants[other], scale.shape[0], rank) is None:
+        return None
+    return bn
+
+
+def _apply_to_batch_norm(graph: Graph, bn: Node, node: Node, constants: dict) -> None:
+    """BN(x) * s -> BN with scale*s and bias*s; BN(x) + b -> BN with bias + b."""
+    scale, bias = constants[bn.inputs[1]], constants[bn.inputs[2]]
+    other = node.inputs[1] if node.inputs[0] == bn.outputs[0] else node.inputs[0]
+    rank = len(graph.type_of(bn.inputs[0]).shape)
+    per = _per_channel(constants[other], scale.shape[0], rank).astype(np.float64)
+    if node.op_type == "Mul":
+        new_scale, new_bias = scale.astype(np.float64) * per, bias.astype(np.float64) * per
+    else:
+        new_scale, new_bias = scale.astype(np.float64), bias.astype(np.float64) + per
+    names = []
+    for role, value in (("scale", new_scale), ("bias", new_bias)):
+        name = fresh_name(graph, f"{bn.name or 'bn'}_{role}_folded")
+        graph.initializers[name] = value.astype(scale.dtype)
+        names.append(name)
+    bn.inputs = [bn.inputs[0], *names, *bn.inputs[3:5]]
+    bn.outputs = [node.outputs[0]]
+    graph.nodes = [n for n in graph.nodes if n is not node]
+
+
 def _other_than_constant(node: Node, constants: dict) -> str | None:
     a, b = node.inputs[:2]
     if b in constants and a not in constants:
@@ -79,9 +134,7 @@ def _scale_shift(node: Node, constants: dict, conv: Node):
     w = constants[conv.inputs[1]]
     channels, rank = w.shape[0], w.ndim
     if node.op_type == "BatchNormalization":
-        if node.attr("training_mode", 0) or node.attr("spatial", 1) != 1 or node.attr("is_test", 1) == 0:
-            return None
-        if any(o for o in node.outputs[1:]) or not all(i in constants for i in node.inputs[1:5]):
+        if not _inference_batch_norm(node, constants):
             return None
         gamma, beta, mean, var = (constants[i].astype(np.float64) for i in node.inputs[1:5])
         inv = gamma / np.sqrt(var + float(node.attr("epsilon", 1e-5)))

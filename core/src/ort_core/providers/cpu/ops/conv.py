@@ -248,7 +248,7 @@ def conv_factory(node, opset):
         if w_shape[1] == 1 and M == group:
             p["mode"] = "depthwise"
         elif ph["n_w"] <= 1.15 * math.prod(out_sp):
-            p["mode"] = "im2col_wide"
+            p["mode"] = "stacked" if _stacked_pays(x_shape, w_shape, group, ph) else "im2col_wide"
         else:
             p["mode"] = "im2col"
         return p
@@ -269,6 +269,8 @@ def conv_factory(node, opset):
             buf = phase_buffer(x, p["phases"])
             if mode == "depthwise":
                 y_wide = _conv_depthwise(buf, w, p["phases"])
+            elif mode == "stacked":
+                y_wide = _conv_stacked(buf, w, p["phases"])
             else:
                 y_wide = _conv_im2col_wide(buf, w, p["phases"], group)
             return (_crop_wide(y_wide, p["phases"], b, out_dtype),)
@@ -326,6 +328,35 @@ def _conv_im2col_wide(buf, w, ph, group):
             return part
         y[..., lo:hi] = part
     return y
+
+
+_STACKED_BUDGET = 8 << 20  # bytes of the tap-stacked GEMM result
+
+
+def _stacked_pays(x_shape, w_shape, group, ph) -> bool:
+    """Whether one GEMM of all taps' weights over the whole buffer beats im2col: a single input
+    phase (stride 1), batch 1, one group, few output channels against the input's (the shifted
+    sums then cost less than im2col's copy of the input per tap), and a result that fits the budget."""
+    M, C = w_shape[0], x_shape[1]
+    taps = len(ph["tap_off"])
+    return (ph["nph"] == 1 and x_shape[0] == 1 and group == 1 and taps > 1 and 4 * M <= C
+            and taps * M * ph["flat"] * 4 <= _STACKED_BUDGET)
+
+
+def _conv_stacked(buf, w, ph):
+    """Convolution as one GEMM (taps*M, C) @ (C, flat) over the padded buffer followed by the sum
+    of each tap's result shifted by its offset: no im2col copy of the input (see _stacked_pays)."""
+    C = buf.shape[1]
+    M = w.shape[0]
+    n_w = ph["n_w"]
+    taps = len(ph["tap_off"])
+    wt = np.ascontiguousarray(np.moveaxis(w.reshape(M, C, taps), 2, 0)).reshape(taps * M, C)
+    z = np.matmul(wt, buf.reshape(C, ph["flat"])).reshape(taps, M, ph["flat"])
+    offs = ph["tap_off"]
+    y = np.add(z[0, :, offs[0]:offs[0] + n_w], z[1, :, offs[1]:offs[1] + n_w])
+    for t in range(2, taps):
+        y += z[t, :, offs[t]:offs[t] + n_w]
+    return y.reshape(1, M, n_w)
 
 
 def _conv_depthwise(buf, w, ph):
