@@ -14,6 +14,7 @@ from importlib import resources
 import numpy as np
 
 from . import InferenceSession, OrtError, __version__
+from .blas import blas_info
 from .ir.types import np_dtype
 from .plugins.manager import get_registry
 
@@ -102,6 +103,9 @@ def _providers() -> int:
         print(f"{name:<{width}}  {state}  [devices {devices}; from {r.distribution}]")
     for name, why in reg.skipped.items():
         print(f"(plugin '{name}' skipped: {why})")
+    blas = blas_info()
+    print(f"CPUExecutionProvider's matrix products: numpy's BLAS, {blas['core'] or 'not OpenBLAS'} kernels"
+          + (f" ({blas['advice']})" if blas["advice"] else ""))
     return 0
 
 
