@@ -39,7 +39,7 @@ def test_a_value_the_user_set_wins():
     info = run(f"import ort_core, numpy; {REPORT}", OPENBLAS_CORETYPE="Haswell")
     assert info["env"] == "Haswell" and not info["set_by_ort_core"]
     if info["core"] and AVX512:
-        assert info["core"] == "Haswell" and "OPENBLAS_CORETYPE='Haswell' chose it" in info["advice"]
+        assert info["core"] == "Haswell" and "OPENBLAS_CORETYPE='Haswell' chose them" in info["advice"]
 
 
 def test_numpy_imported_first_is_left_alone_and_reported():

@@ -79,8 +79,10 @@ def blas_info() -> dict[str, object]:
     info: dict[str, object] = {"core": core, "avx512_cpu": avx512, "set_by_ort_core": _state["set_by_ort_core"],
                                "advice": ""}
     if core and avx512 and core.lower() not in _AVX512_CORES:
-        why = ("numpy was imported before ort_core" if _state["numpy_loaded_first"] and not os.environ.get(ENV)
-               else f"{ENV}={os.environ.get(ENV, '')!r} chose it")
-        info["advice"] = (f"numpy's OpenBLAS runs its {core} kernels on this AVX-512 CPU ({why}); start Python "
-                          f"with {ENV}={AVX512_CORE} (or import ort_core before numpy) for faster matrix products")
+        if os.environ.get(ENV):
+            how = f"{ENV}={os.environ[ENV]!r} chose them; set it to {AVX512_CORE}"
+        else:
+            how = f"numpy was imported before ort_core; import ort_core first or set {ENV}={AVX512_CORE}"
+        info["advice"] = (f"numpy's OpenBLAS runs its {core} kernels on this AVX-512 CPU ({how} for faster "
+                          "matrix products)")
     return info

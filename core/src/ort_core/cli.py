@@ -105,7 +105,7 @@ def _providers() -> int:
         print(f"(plugin '{name}' skipped: {why})")
     blas = blas_info()
     print(f"CPUExecutionProvider's matrix products: numpy's BLAS, {blas['core'] or 'not OpenBLAS'} kernels"
-          + (f" ({blas['advice']})" if blas["advice"] else ""))
+          + (f"; {blas['advice']}" if blas["advice"] else ""))
     return 0
 
 
