@@ -11,39 +11,62 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import consumers_of, fresh_name, protected_names
+from .rewrite import protected_names
 
 
 def fold_into_conv(graph: Graph) -> int:
-    folded = 0
-    changed = True
-    while changed:  # Conv+BN+Mul+Add chains fold one step at a time
-        changed = False
-        constants = graph.constant_initializers()
-        producers = graph.producers()  # valid for this round: the loop restarts after each fold
-        protected = protected_names(graph)
-        for node in list(graph.nodes):
-            conv = _foldable_conv(graph, node, constants, protected, producers)
-            if conv is None:
-                bn = _foldable_batch_norm(graph, node, constants, protected, producers)
-                if bn is not None:
-                    _apply_to_batch_norm(graph, bn, node, constants)
-                    folded += 1
-                    changed = True
-                    break
-                continue
+    """One pass in topological order: each fold makes the producer write the folded node's output,
+    so a Conv+BN+Mul+Add chain folds link by link as the pass reaches each one."""
+    constants = graph.constant_initializers()
+    producers = graph.producers()
+    protected = protected_names(graph)
+    readers: dict[str, int] = {}
+    for n in graph.nodes:
+        for i in set(n.inputs):
+            readers[i] = readers.get(i, 0) + 1
+    names = _Names(graph)
+    removed: set[int] = set()
+    for node in graph.topological_order():
+        conv = _foldable_conv(graph, node, constants, protected, producers, readers)
+        if conv is not None:
             scale_shift = _scale_shift(node, constants, conv)
             if scale_shift is None:
                 continue
-            _apply(graph, conv, node, *scale_shift)
-            folded += 1
-            changed = True
-            break
-    return folded
+            _apply(graph, conv, node, *scale_shift, names, constants)
+            producer = conv
+        else:
+            producer = _foldable_batch_norm(graph, node, constants, protected, producers, readers)
+            if producer is None:
+                continue
+            _apply_to_batch_norm(graph, producer, node, constants, names)
+        producers[node.outputs[0]] = producer
+        removed.add(id(node))
+    if removed:
+        graph.nodes = [n for n in graph.nodes if id(n) not in removed]
+    return len(removed)
+
+
+class _Names:
+    """Fresh initializer names, with the graph's names gathered once rather than per fold."""
+
+    def __init__(self, graph: Graph) -> None:
+        self.graph = graph
+        self.taken = set(graph.initializers) | {v.name for v in graph.inputs} | {o for n in graph.nodes
+                                                                                for o in n.outputs}
+
+    def add(self, base: str, value: np.ndarray, constants: dict) -> str:
+        name, k = base, 0
+        while name in self.taken:
+            k += 1
+            name = f"{base}_{k}"
+        self.taken.add(name)
+        self.graph.initializers[name] = value
+        constants[name] = value
+        return name
 
 
 def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str],
-                   producers: dict[str, Node]) -> Node | None:
+                   producers: dict[str, Node], readers: dict[str, int]) -> Node | None:
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("BatchNormalization", "Mul", "Add"):
         return None
     x = node.inputs[0] if node.op_type == "BatchNormalization" else _other_than_constant(node, constants)
@@ -52,7 +75,7 @@ def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str
     conv = producers.get(x)
     if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or x in protected:
         return None
-    if len(consumers_of(graph, x)) != 1 or conv.inputs[1] not in constants:
+    if readers.get(x, 0) != 1 or conv.inputs[1] not in constants:
         return None
     if len(conv.inputs) > 2 and conv.inputs[2] and conv.inputs[2] not in constants:
         return None
@@ -68,7 +91,7 @@ def _inference_batch_norm(node: Node, constants: dict) -> bool:
 
 
 def _foldable_batch_norm(graph: Graph, node: Node, constants: dict, protected: set[str],
-                         producers: dict[str, Node]) -> Node | None:
+                         producers: dict[str, Node], readers: dict[str, int]) -> Node | None:
     """The inference BatchNormalization whose output only ``node`` (Mul/Add by a constant) reads."""
     if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add"):
         return None
@@ -76,7 +99,7 @@ def _foldable_batch_norm(graph: Graph, node: Node, constants: dict, protected: s
     bn = producers.get(x) if x is not None else None
     if bn is None or bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or x in protected:
         return None
-    if len(bn.inputs) < 5 or not _inference_batch_norm(bn, constants) or len(consumers_of(graph, x)) != 1:
+    if len(bn.inputs) < 5 or not _inference_batch_norm(bn, constants) or readers.get(x, 0) != 1:
         return None
     scale = constants[bn.inputs[1]]
     x_type = graph.type_of(bn.inputs[0])
@@ -89,7 +112,7 @@ def _foldable_batch_norm(graph: Graph, node: Node, constants: dict, protected: s
     return bn
 
 
-def _apply_to_batch_norm(graph: Graph, bn: Node, node: Node, constants: dict) -> None:
+def _apply_to_batch_norm(graph: Graph, bn: Node, node: Node, constants: dict, names: _Names) -> None:
     """BN(x) * s -> BN with scale*s and bias*s; BN(x) + b -> BN with bias + b."""
     scale, bias = constants[bn.inputs[1]], constants[bn.inputs[2]]
     other = node.inputs[1] if node.inputs[0] == bn.outputs[0] else node.inputs[0]
@@ -99,14 +122,10 @@ def _apply_to_batch_norm(graph: Graph, bn: Node, node: Node, constants: dict) ->
         new_scale, new_bias = scale.astype(np.float64) * per, bias.astype(np.float64) * per
     else:
         new_scale, new_bias = scale.astype(np.float64), bias.astype(np.float64) + per
-    names = []
-    for role, value in (("scale", new_scale), ("bias", new_bias)):
-        name = fresh_name(graph, f"{bn.name or 'bn'}_{role}_folded")
-        graph.initializers[name] = value.astype(scale.dtype)
-        names.append(name)
-    bn.inputs = [bn.inputs[0], *names, *bn.inputs[3:5]]
+    folded = [names.add(f"{bn.name or 'bn'}_{role}_folded", value.astype(scale.dtype), constants)
+              for role, value in (("scale", new_scale), ("bias", new_bias))]
+    bn.inputs = [bn.inputs[0], *folded, *bn.inputs[3:5]]
     bn.outputs = [node.outputs[0]]
-    graph.nodes = [n for n in graph.nodes if n is not node]
 
 
 def _other_than_constant(node: Node, constants: dict) -> str | None:
@@ -149,16 +168,14 @@ def _scale_shift(node: Node, constants: dict, conv: Node):
     return np.ones(channels), per
 
 
-def _apply(graph: Graph, conv: Node, node: Node, scale: np.ndarray, shift: np.ndarray) -> None:
-    w = graph.initializers[conv.inputs[1]]
+def _apply(graph: Graph, conv: Node, node: Node, scale: np.ndarray, shift: np.ndarray, names: _Names,
+           constants: dict) -> None:
+    w = constants[conv.inputs[1]]
     dtype = w.dtype
-    bias = graph.initializers[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
+    bias = constants[conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] else np.zeros(w.shape[0])
     new_w = (w.astype(np.float64) * scale.reshape((-1,) + (1,) * (w.ndim - 1))).astype(dtype)
     new_b = (bias.astype(np.float64) * scale + shift).astype(dtype)
-    w_name = fresh_name(graph, f"{conv.inputs[1]}_folded")
-    graph.initializers[w_name] = new_w
-    b_name = fresh_name(graph, f"{conv.name or 'conv'}_bias_folded")
-    graph.initializers[b_name] = new_b
+    w_name = names.add(f"{conv.inputs[1]}_folded", new_w, constants)
+    b_name = names.add(f"{conv.name or 'conv'}_bias_folded", new_b, constants)
     conv.inputs = [conv.inputs[0], w_name, b_name]
     conv.outputs = [node.outputs[0]]
-    graph.nodes = [n for n in graph.nodes if n is not node]
