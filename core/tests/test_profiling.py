@@ -6,6 +6,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 
 import ort_core as ort
 from ort_core.cli import demo_input, demo_model_path
@@ -49,8 +50,25 @@ def test_optimized_model_file_round_trip(tmp_path):
     (ref,) = ort.InferenceSession(model, so).run(None, {"x": x})
     saved = onnx.load(str(path))
     onnx.checker.check_model(saved)
-    assert [n.op_type for n in saved.graph.node] == ["Conv", "Relu"]
+    # saved after the CPU provider's fusions: ort-core's own op, its domain imported
+    assert [(n.domain, n.op_type) for n in saved.graph.node] == [("ort_core", "FusedConv")]
+    assert "ort_core" in {o.domain for o in saved.opset_import}
     off = ort.SessionOptions()
     off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     (got,) = ort.InferenceSession(str(path), off).run(None, {"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-6, atol=1e-6)
+
+
+def test_optimized_model_file_at_basic_level_keeps_standard_ops(tmp_path):
+    path = tmp_path / "opt.onnx"
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    so.optimized_model_filepath = str(path)
+    x = np.random.default_rng(3).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    (ref,) = ort.InferenceSession(conv_chain_model(), so).run(None, {"x": x})
+    saved = onnx.load(str(path))
+    onnx.checker.check_model(saved)
+    assert [n.op_type for n in saved.graph.node] == ["Conv", "Relu"]
+    onnxruntime = pytest.importorskip("onnxruntime")
+    (theirs,) = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    np.testing.assert_allclose(theirs, ref, rtol=1e-5, atol=1e-5)

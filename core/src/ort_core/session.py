@@ -98,10 +98,10 @@ class InferenceSession:
         with run_context(RunContext(self._max_tensor_bytes)):  # folding and kernel factories obey the limit
             self._optimizer_stats = _optimize(self._model, int(self._sess_options.graph_optimization_level),
                                               _cpu_evaluator(registry, self._model))
-            if self._sess_options.optimized_model_filepath:
-                _save_optimized(self._model, self._sess_options.optimized_model_filepath)
             infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
             self._build_with_fallback(registry)
+            if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
+                _save_optimized(self._model, self._sess_options.optimized_model_filepath)
         if self._profiler is not None:
             self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 

@@ -1,14 +1,19 @@
-"""CPU-provider fusions (level extended): Conv / Gemm + activation, MatMul + bias Add.
+"""CPU-provider fusions (level extended): Conv / Gemm + activation, MatMul + bias Add, and first the
+transformer fusions (LayerNorm, GELU, attention, SkipLayerNorm: one module each, beside this one).
 
 Run after partitioning and only on nodes the CPU provider took, so other providers still see the
 standard ops. The fused ops live in ort-core's own domain ``ort_core`` (documented in
-providers/cpu/ops/fused.py, which runs them); this module only rewrites the graph.
+providers/cpu/ops/fused.py and fused_transformer.py, which run them); this module only rewrites the graph.
 """
 
 from __future__ import annotations
 
 from ..ir.graph import Graph, Model, Node
-from .rewrite import consumers_of, protected_names
+from .attention_fusion import fuse_attention
+from .gelu_fusion import fuse_gelus
+from .layernorm_fusion import fuse_layer_norms
+from .rewrite import Matcher, consumers_of, protected_names
+from .skip_layernorm_fusion import fuse_skip_layer_norms
 
 DOMAIN = "ort_core"
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
@@ -17,8 +22,8 @@ ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
 def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
     """Rewrite in place the patterns whose nodes are all in ``on_cpu`` (node ids); returns count."""
     graph = model.graph
+    fused = fuse_transformer_nodes(model, on_cpu)
     protected = protected_names(graph)
-    fused = 0
     for node in list(graph.nodes):
         if node.id not in on_cpu or node.domain not in ("", "ai.onnx") or node not in graph.nodes:
             continue
@@ -35,6 +40,12 @@ def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
     if fused:
         model.opset_imports.setdefault(DOMAIN, 1)
     return fused
+
+
+def fuse_transformer_nodes(model: Model, on_cpu: set[int]) -> int:
+    """LayerNorm and GELU chains first (attention and SkipLayerNorm match across them), MatMul + bias last."""
+    m = Matcher(model, on_cpu)
+    return sum(fuse(m) for fuse in (fuse_layer_norms, fuse_gelus, fuse_attention, fuse_skip_layer_norms))
 
 
 def _only_consumer(graph: Graph, node: Node, protected: set[str], on_cpu: set[int]) -> Node | None:

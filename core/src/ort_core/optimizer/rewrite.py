@@ -1,11 +1,14 @@
-"""Small graph-editing helpers shared by the optimizer passes: renaming uses, unique names.
+"""Small graph-editing helpers shared by the optimizer passes: renaming uses, unique names, and the
+``Matcher`` indexes the CPU provider's pattern fusions walk.
 
 They edit the IR in place and know nothing about what a pass is trying to achieve.
 """
 
 from __future__ import annotations
 
-from ..ir.graph import Graph, outer_scope_reads
+import numpy as np
+
+from ..ir.graph import Graph, Model, Node, outer_scope_reads
 
 
 def protected_names(graph: Graph) -> set[str]:
@@ -36,3 +39,106 @@ def fresh_name(graph: Graph, base: str) -> str:
         k += 1
         name = f"{base}_{k}"
     return name
+
+
+class Matcher:
+    """Indexes over a model's graph for the pattern-matching fusions of the CPU provider.
+
+    Walks only nodes the CPU provider took (``on_cpu``) in the default domain; ``closed`` checks that
+    a pattern's intermediate values are read by nobody outside it; ``replace`` swaps a pattern for one
+    node and rebuilds the indexes.
+    """
+
+    def __init__(self, model: Model, on_cpu: set[int]):
+        self.model, self.graph, self.on_cpu = model, model.graph, on_cpu
+        self.refresh()
+
+    def refresh(self) -> None:
+        g = self.graph
+        self.producers = g.producers()
+        self.consumers = g.consumers()
+        self.constants = g.constant_initializers()
+        self.protected = protected_names(g)
+        self.by_id = {n.id: n for n in g.nodes}
+
+    def eligible(self, node: Node | None, *ops: str) -> bool:
+        return (node is not None and node.id in self.on_cpu and self.alive(node)
+                and node.domain in ("", "ai.onnx") and (not ops or node.op_type in ops))
+
+    def alive(self, node: Node) -> bool:
+        """Still in the graph (a replaced node's id lives on in its replacement)."""
+        return self.by_id.get(node.id) is node
+
+    def producer(self, name: str, *ops: str) -> Node | None:
+        node = self.producers.get(name) if name else None
+        return node if self.eligible(node, *ops) else None
+
+    def readers(self, name: str) -> list[Node]:
+        return self.consumers.get(name, [])
+
+    def sole_reader(self, name: str, *ops: str) -> Node | None:
+        """The one node reading ``name`` when it is eligible, of one of ``ops`` and ``name`` is no graph output."""
+        users = self.readers(name)
+        if len(users) != 1 or name in self.protected or not self.eligible(users[0], *ops):
+            return None
+        return users[0]
+
+    def const(self, name: str) -> np.ndarray | None:
+        return self.constants.get(name) if name else None
+
+    def scalar(self, name: str) -> float | None:
+        """The value of a one-element numeric constant, else None."""
+        c = self.const(name)
+        if c is None or c.size != 1 or c.dtype.kind not in "fiu":
+            return None
+        return float(c.reshape(-1)[0])
+
+    @staticmethod
+    def other(node: Node, name: str) -> str:
+        """The operand of binary ``node`` that is not ``name``."""
+        return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
+
+    def shape(self, name: str) -> tuple | None:
+        t = self.graph.type_of(name)
+        return t.shape if t is not None and t.kind == "tensor" else None
+
+    def closed(self, nodes: list[Node], exposed: set[str], inputs: list[str]) -> bool:
+        """Every output of ``nodes`` not in ``exposed`` is read only inside the pattern and is no graph output,
+        and none of the fused node's ``inputs`` is made inside the pattern."""
+        ids = {n.id for n in nodes}
+        if len(ids) != len(nodes) or not all(n.id in self.on_cpu and self.alive(n) for n in nodes):
+            return False
+        made = {o for n in nodes for o in n.outputs if o}
+        if any(i and i in made for i in inputs):
+            return False
+        for n in nodes:
+            for o in n.outputs:
+                if o and o not in exposed and (o in self.protected or any(r.id not in ids for r in self.readers(o))):
+                    return False
+        return True
+
+    def add_constant(self, base: str, value: np.ndarray) -> str:
+        name = fresh_name(self.graph, base)
+        self.graph.initializers[name] = value
+        return name
+
+    def replace(self, nodes: list[Node], op_type: str, inputs: list[str], outputs: list[str], attrs: dict,
+                domain: str = "") -> Node:
+        """Put one new node where the last of ``nodes`` (in list order) stood; it takes that node's id."""
+        drop = {n.id for n in nodes}
+        at = max(i for i, n in enumerate(self.graph.nodes) if n.id in drop)
+        last = self.graph.nodes[at]
+        new = Node(op_type, list(inputs), list(outputs), dict(attrs), domain=domain, name=last.name, id=last.id)
+        kept = [n for n in self.graph.nodes[:at] if n.id not in drop]
+        self.graph.nodes = kept + [new] + [n for n in self.graph.nodes[at + 1:] if n.id not in drop]
+        self._drop_unused_constants({i for n in nodes for i in n.inputs if i})
+        self.refresh()
+        return new
+
+    def _drop_unused_constants(self, names: set[str]) -> None:
+        """Weights only the replaced nodes read (repacked into new constants) need not stay in memory."""
+        feedable = {v.name for v in self.graph.inputs}
+        read = {i for n in self.graph.nodes for i in n.inputs} | protected_names(self.graph)
+        for name in names:
+            if name in self.graph.initializers and name not in feedable and name not in read:
+                del self.graph.initializers[name]

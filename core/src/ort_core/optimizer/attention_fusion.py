@@ -1,0 +1,219 @@
+"""Attention fusion (CPU extended level): BERT-style (three projections) and GPT-2-style (one packed
+projection + Split) self-attention subgraphs as PyTorch exports them become one ``ort_core::Attention``
+with the Q/K/V weights packed once (the 1/sqrt(D) scale folded into Q). Cross-attention is left alone.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+
+from ..ir.graph import Node
+from .gelu_fusion import scaled
+from .rewrite import Matcher
+
+DOMAIN = "ort_core"
+HEADS, KEYS_T = [0, 2, 1, 3], [0, 2, 3, 1]
+
+
+class Scores(NamedTuple):
+    """What feeds the Softmax: MatMul(q, k) -> [* factor] -> [Where(cond, ., fill)] -> [Add(., mask)]."""
+
+    qk: Node
+    factor: float
+    mask: str
+    cond: str
+    fill: str
+    nodes: list[Node]
+
+
+def fuse_attention(m: Matcher) -> int:
+    count = 0
+    for node in list(m.graph.nodes):
+        if m.eligible(node, "Softmax") and int(node.attr("axis", -1 if m.model.opset() >= 13 else 1)) in (-1, 3):
+            for scores in _score_chains(m, node.inputs[0]):
+                found = _match(m, node, scores)
+                if found is not None:
+                    nodes, inputs, out, heads = found
+                    m.replace(nodes, "Attention", inputs, [out], {"num_heads": heads}, domain=DOMAIN)
+                    count += 1
+                    break
+    return count
+
+
+def _score_chains(m: Matcher, name: str):
+    """The candidate readings of Softmax's input (which Add operand is the mask is tried both ways)."""
+    add = m.producer(name, "Add")
+    if add is not None and len(add.inputs) == 2:
+        for i in (0, 1):
+            for s in _masked(m, add.inputs[i]):
+                yield s._replace(mask=add.inputs[1 - i], nodes=[*s.nodes, add])
+    yield from _masked(m, name)
+
+
+def _masked(m: Matcher, name: str):
+    where = m.producer(name, "Where")
+    if where is not None:
+        qk, factor, nodes = _scaled(m, where.inputs[1])
+        if qk is not None:
+            yield Scores(qk, factor, "", where.inputs[0], where.inputs[2], [*nodes, where])
+    qk, factor, nodes = _scaled(m, name)
+    if qk is not None:
+        yield Scores(qk, factor, "", "", "", nodes)
+
+
+def factor_of(m: Matcher, n: Node | None) -> tuple[str, float] | None:
+    """(operand, factor) of a multiplication or division by a one-element constant, else None."""
+    if n is not None and n.op_type == "Div" and m.scalar(n.inputs[1]) and m.const(n.inputs[0]) is None:
+        return n.inputs[0], 1.0 / m.scalar(n.inputs[1])
+    return scaled(m, n) if n is not None and n.op_type == "Mul" else None
+
+
+def _scaled(m: Matcher, name: str) -> tuple[Node | None, float, list[Node]]:
+    """Walk back over multiplications/divisions by constants to a MatMul: (matmul, factor, nodes)."""
+    factor, nodes = 1.0, []
+    while (s := factor_of(m, n := m.producer(name, "Mul", "Div"))) is not None:
+        name, factor = s[0], factor * s[1]
+        nodes.append(n)
+    mm = m.producer(name, "MatMul")
+    return mm, factor, [*nodes, mm] if mm is not None else nodes
+
+
+def _transposed(m: Matcher, name: str, perm: list[int]) -> tuple[Node | None, list[Node]]:
+    """The Transpose (or, for keys, Transpose pair) giving ``name`` with ``perm``: (first one, nodes)."""
+    t = m.producer(name, "Transpose")
+    if t is not None and list(t.attr("perm") or []) == perm:
+        return t, [t]
+    if t is not None and perm == KEYS_T and list(t.attr("perm") or []) == [0, 1, 3, 2]:
+        inner = m.producer(t.inputs[0], "Transpose")
+        if inner is not None and list(inner.attr("perm") or []) == HEADS:
+            return inner, [inner, t]
+    return None, []
+
+
+def _head(m: Matcher, name: str, perm: list[int]):
+    """Transpose(Reshape(p, (B, S, H, D)), perm), possibly times a constant before or after the reshape:
+    (p, (H, D), factor, nodes, reshape target) or None."""
+    factor, nodes = 1.0, []
+    t, tn = _transposed(m, name, perm)
+    if t is None and (s := factor_of(m, n := m.producer(name, "Mul", "Div"))) is not None:
+        factor, nodes = s[1], [n]
+        t, tn = _transposed(m, s[0], perm)
+    r = m.producer(t.inputs[0], "Reshape") if t is not None else None
+    target = m.const(r.inputs[1]) if r is not None and len(r.inputs) > 1 else None
+    if target is None or target.shape != (4,) or int(r.attr("allowzero", 0)) != 0 or min(target[2:]) <= 0:
+        return None
+    nodes += [*tn, r]
+    source = r.inputs[0]
+    if (s := factor_of(m, n := m.producer(source, "Mul", "Div"))) is not None:
+        source, factor = s[0], factor * s[1]
+        nodes.append(n)
+    return source, (int(target[2]), int(target[3])), factor, nodes, target
+
+
+def _projection(m: Matcher, name: str):
+    """(x, weight, bias or None, nodes) for MatMul(x, W) [+ b] with constant 2-D W and 1-D b."""
+    nodes, bias = [], None
+    add = m.producer(name, "Add")
+    if add is not None and len(add.inputs) == 2:
+        for i in (1, 0):
+            b = m.const(add.inputs[i])
+            if b is not None and b.ndim == 1 and m.producer(add.inputs[1 - i], "MatMul") is not None:
+                name, bias, nodes = add.inputs[1 - i], b, [add]
+                break
+    mm = m.producer(name, "MatMul")
+    w = m.const(mm.inputs[1]) if mm is not None else None
+    if w is None or w.ndim != 2 or m.const(mm.inputs[0]) is not None:
+        return None
+    if bias is not None and (bias.shape[0] != w.shape[1] or bias.dtype != w.dtype):
+        return None
+    return mm.inputs[0], w, bias, [*nodes, mm]
+
+
+def _projections(m: Matcher, names: list[str]):
+    """[(x, W, b)] for q, k, v and the nodes: three projections, or one packed projection split in three."""
+    split = m.producer(names[0], "Split")
+    if split is not None:
+        if split.outputs != names or not _even_split(m, split):
+            return None
+        found = _projection(m, split.inputs[0])
+        if found is None or found[1].shape[1] % 3:
+            return None
+        x, w, b, nodes = found
+        n = w.shape[1] // 3
+        parts = [(x, w[:, i * n:(i + 1) * n], None if b is None else b[i * n:(i + 1) * n]) for i in range(3)]
+        return parts, [*nodes, split]
+    found = [_projection(m, name) for name in names]
+    if any(f is None for f in found):
+        return None
+    return [f[:3] for f in found], [n for f in found for n in f[3]]
+
+
+def _even_split(m: Matcher, split: Node) -> bool:
+    shape = m.shape(split.inputs[0])
+    axis = int(split.attr("axis", 0))
+    if shape is None or len(shape) != 3 or axis not in (-1, 2) or len(split.outputs) != 3:
+        return False
+    sizes = split.attr("split")
+    if sizes is None and len(split.inputs) > 1 and split.inputs[1]:
+        sizes = m.const(split.inputs[1])
+        if sizes is None:
+            return False
+    return sizes is None or len(set(int(s) for s in np.asarray(sizes).reshape(-1))) == 1
+
+
+def _resolves(target, expected: list) -> bool:
+    """Whether Reshape to ``target`` gives ``expected`` (ints; symbolic batch/sequence dims as None) for
+    an input whose leading dims are those of ``expected``: 0 copies, one -1 is inferred, others must equal."""
+    target = [int(t) for t in target]
+    if target.count(-1) > 1:
+        return False
+    for i, (t, e) in enumerate(zip(target, expected)):
+        if t == 0 and i >= 2 or t > 0 and t != e or t < -1:
+            return False
+    return True
+
+
+def _match(m: Matcher, softmax: Node, scores: Scores):
+    qk, factor, mask, cond, fill, nodes = scores
+    probs = softmax.outputs[0]
+    pv = m.sole_reader(probs, "MatMul")
+    back = m.sole_reader(pv.outputs[0], "Transpose") if pv is not None and pv.inputs[0] == probs else None
+    out_reshape = m.sole_reader(back.outputs[0], "Reshape") if back is not None else None
+    if out_reshape is None or list(back.attr("perm") or []) != HEADS or int(out_reshape.attr("allowzero", 0)):
+        return None
+    heads = [_head(m, qk.inputs[0], HEADS), _head(m, qk.inputs[1], KEYS_T), _head(m, pv.inputs[1], HEADS)]
+    if any(h is None for h in heads) or len({h[1] for h in heads}) != 1 or heads[2][2] != 1.0:
+        return None
+    found = _projections(m, [h[0] for h in heads])
+    if found is None:
+        return None
+    parts, proj_nodes = found
+    (n_heads, size), x = heads[0][1], parts[0][0]
+    shape = m.shape(x)
+    width = n_heads * size
+    if shape is None or len(shape) != 3 or any(p[0] != x or p[1].shape[1] != width for p in parts):
+        return None
+    if parts[0][1].dtype not in (np.float32, np.float64) or len({p[1].dtype for p in parts}) != 1:
+        return None
+    batch, seq = (d if isinstance(d, int) else None for d in shape[:2])
+    target = m.const(out_reshape.inputs[1]) if len(out_reshape.inputs) > 1 else None
+    if target is None or target.shape != (3,) or not _resolves(target, [batch, seq, width]):
+        return None
+    if not all(_resolves(h[4], [batch, seq, n_heads, size]) for h in heads):
+        return None
+    everything = [*proj_nodes, *[n for h in heads for n in h[3]], *nodes, softmax, pv, back, out_reshape]
+    out = out_reshape.outputs[0]
+    if not m.closed(everything, {out}, [x, mask, cond, fill]):
+        return None
+    factor *= heads[0][2] * heads[1][2]
+    dtype = parts[0][1].dtype
+    w = np.concatenate([parts[0][1] * dtype.type(factor), parts[1][1], parts[2][1]], axis=1)
+    inputs = [x, m.add_constant(f"{out}_qkv_weight", w.astype(dtype, copy=False)), "", mask, cond, fill]
+    if any(p[2] is not None for p in parts):
+        b = [p[2] if p[2] is not None else np.zeros(width, dtype) for p in parts]
+        inputs[2] = m.add_constant(f"{out}_qkv_bias", np.concatenate([b[0] * dtype.type(factor), *b[1:]]))
+    while inputs and not inputs[-1]:
+        inputs.pop()
+    return everything, inputs, out, n_heads

@@ -1,0 +1,78 @@
+"""SkipLayerNorm fusion (CPU extended level): ``LayerNorm(Add(x, skip))``, optionally with a constant bias
+added first (``Add(Add(x, bias), skip)``), becomes ``ort_core::SkipLayerNorm``. When the sum is read
+elsewhere (the next residual), the fused node outputs it too; the LayerNorm may be native or fused.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.graph import Node
+from .rewrite import Matcher
+
+DOMAIN = "ort_core"
+
+
+def fuse_skip_layer_norms(m: Matcher) -> int:
+    count = 0
+    for node in list(m.graph.nodes):
+        if (found := _match(m, node)) is not None:
+            nodes, inputs, outputs, eps = found
+            m.replace(nodes, "SkipLayerNorm", inputs, outputs, {"epsilon": eps}, domain=DOMAIN)
+            count += 1
+    return count
+
+
+def _layer_norm(m: Matcher, node: Node) -> float | None:
+    """The epsilon of a last-axis, single-output LayerNorm the CPU provider runs, else None."""
+    if node.id not in m.on_cpu or not m.alive(node) or len([o for o in node.outputs if o]) != 1:
+        return None
+    if node.domain == DOMAIN and node.op_type == "LayerNorm":
+        return float(node.attr("epsilon", 1e-5))
+    if not m.eligible(node, "LayerNormalization") or len(node.outputs) != 1:
+        return None
+    shape = m.shape(node.inputs[0])
+    axis = int(node.attr("axis", -1))
+    if axis != -1 and not (shape is not None and axis == len(shape) - 1):
+        return None
+    if m.graph.type_of(node.inputs[0]) is None or m.graph.type_of(node.inputs[0]).elem_type not in (1, 11):
+        return None
+    if any(len(m.shape(i) or ()) != 1 for i in node.inputs[1:] if i):
+        return None  # the fused kernel takes per-feature (1-D) scale and bias only
+    return float(node.attr("epsilon", 1e-5))
+
+
+def _match(m: Matcher, ln: Node):
+    eps = _layer_norm(m, ln)
+    add = m.producer(ln.inputs[0], "Add") if eps is not None else None
+    if add is None or len(add.inputs) != 2:
+        return None
+    total = add.outputs[0]
+    nodes, (x, skip), bias = [add], add.inputs, ""
+    for i in (0, 1):
+        inner = m.producer(add.inputs[i], "Add")
+        found = _biased(m, inner) if inner is not None and m.sole_reader(inner.outputs[0]) is add else None
+        if found is not None:
+            (x, bias), skip = found, add.inputs[1 - i]
+            nodes.append(inner)
+            break
+    if m.const(x) is not None and m.const(skip) is not None:
+        return None
+    nodes.append(ln)
+    sum_read = total in m.protected or any(r is not ln for r in m.readers(total))
+    outputs = [ln.outputs[0]] + ([total] if sum_read else [])
+    gamma = ln.inputs[1]
+    beta = ln.inputs[2] if len(ln.inputs) > 2 else ""
+    if not m.closed(nodes, set(outputs), [x, skip, gamma, beta, bias]):
+        return None
+    return nodes, [x, skip, gamma, beta, bias], outputs, float(np.float32(eps))
+
+
+def _biased(m: Matcher, add: Node) -> tuple[str, str] | None:
+    """(x, bias) for Add(x, bias) with a constant 1-D bias over x's last axis, else None."""
+    for j in (1, 0):
+        c, x = m.const(add.inputs[j]), add.inputs[1 - j]
+        shape = m.shape(x)
+        if c is not None and c.ndim == 1 and shape and shape[-1] == c.shape[0] and m.const(x) is None:
+            return x, add.inputs[j]
+    return None
