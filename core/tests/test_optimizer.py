@@ -76,7 +76,7 @@ def test_bn_mul_add_fold_into_batch_norm():
     (ref,), (got,), sess = run_both(model, {"x": x})
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
     ops = [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
-    assert "Mul" not in ops and "Add" not in ops and ops.count("BatchNormalization") == 1
+    assert ops == ["MaxPool", "FusedBatchNormalization"]  # Mul, Add folded; the Relu fused (level all)
     assert sess._optimizer_stats["conv_folding"] == 2
 
 
@@ -104,7 +104,8 @@ def test_conv_output_read_twice_is_not_folded():
     ref, got, sess = run_both(model, {"x": x})
     for a, b in zip(ref, got):
         np.testing.assert_allclose(b, a, rtol=1e-4, atol=1e-5)
-    assert "BatchNormalization" in [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types]
+    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == [
+        "Conv", "FusedBatchNormalization", "Neg"]  # the BN stays (its Mul and Add fold into it), Relu fused
 
 
 def test_identity_that_is_a_graph_output_stays():
@@ -215,3 +216,57 @@ def test_cpu_fusion_leaves_other_providers_nodes_alone():
     with pytest.warns(ort.OrtWarning):
         sess = ort.InferenceSession(model, providers=["ExampleExecutionProvider"])
     assert [a.op_types for a in sess.get_provider_graph_assignment_info()] == [("MatMul", "Add")]
+
+
+def residual_model(add_op="Add", skip_shape=(1, 4, 8, 8), activation="Relu", swap=False):
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 4, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "b")]
+    operands = ["skip", "c"] if swap else ["c", "skip"]
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node(add_op, operands, ["s"])]
+    if activation:
+        attrs = {"alpha": 0.2} if activation == "LeakyRelu" else {}
+        nodes.append(helper.make_node(activation, ["s"], ["y"], **attrs))
+    else:
+        nodes[-1].output[0] = "y"
+    return make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8]),
+                              helper.make_tensor_value_info("skip", TensorProto.FLOAT, list(skip_shape))],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+
+
+@pytest.mark.parametrize("add_op,activation,swap", [("Add", "Relu", False), ("Sum", "Relu", True),
+                                                    ("Add", "LeakyRelu", True), ("Add", None, False)])
+def test_conv_residual_add_activation_fuse(add_op, activation, swap):
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+             "skip": rng.standard_normal((1, 4, 8, 8)).astype(np.float32)}
+    skip = feeds["skip"].copy()
+    (ref,), (got,), sess = run_both(residual_model(add_op, activation=activation, swap=swap), feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == ["FusedConvAdd"]
+    np.testing.assert_array_equal(feeds["skip"], skip)  # the sum goes into the Conv's output, not the residual
+
+
+def test_conv_add_with_broadcast_operand_is_not_a_residual_fusion():
+    rng = np.random.default_rng(0)
+    feeds = {"x": rng.standard_normal((1, 4, 8, 8)).astype(np.float32),
+             "skip": rng.standard_normal((1, 4, 1, 1)).astype(np.float32)}
+    (ref,), (got,), sess = run_both(residual_model(skip_shape=(1, 4, 1, 1)), feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
+    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == ["Conv", "Add", "Relu"]
+
+
+def test_bn_relu_fuse():
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 2, 4).astype(np.float32), n) for n in ("g", "v")]
+    inits += [numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), n) for n in ("be", "m")]
+    nodes = [helper.make_node("BatchNormalization", ["x", "g", "be", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["y"])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 5, 5])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 5, 5])], inits)
+    x = rng.standard_normal((1, 4, 5, 5)).astype(np.float32)
+    (ref,), (got,), sess = run_both(model, {"x": x})
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    assert (ref == 0).any() and [op for a in sess.get_provider_graph_assignment_info()
+                                 for op in a.op_types] == ["FusedBatchNormalization"]

@@ -12,7 +12,7 @@ from ..ir.graph import Graph, Model, Node
 from .attention_fusion import fuse_attention
 from .gelu_fusion import fuse_gelus
 from .layernorm_fusion import fuse_layer_norms
-from .rewrite import Matcher, consumers_of, protected_names
+from .rewrite import Matcher, protected_names
 from .skip_layernorm_fusion import fuse_skip_layer_norms
 
 DOMAIN = "ort_core"
@@ -21,75 +21,130 @@ ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
 
 def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
     """Rewrite in place the patterns whose nodes are all in ``on_cpu`` (node ids); returns count."""
-    graph = model.graph
     fused = fuse_transformer_nodes(model, on_cpu)
-    protected = protected_names(graph)
-    for node in list(graph.nodes):
-        if node.id not in on_cpu or node.domain not in ("", "ai.onnx") or node not in graph.nodes:
-            continue
-        nxt = _only_consumer(graph, node, protected, on_cpu)
-        if nxt is None:
-            continue
-        if node.op_type in ("Conv", "Gemm") and nxt.op_type in ACTIVATIONS and _simple_activation(graph, nxt):
-            _merge(graph, node, nxt, f"Fused{node.op_type}", {"activation": nxt.op_type,
-                   **{f"activation_{k}": v for k, v in nxt.attrs.items()}}, extra_inputs=nxt.inputs[1:])
-            fused += 1
-        elif node.op_type == "MatMul" and nxt.op_type == "Add" and (bias := _bias_of(graph, node, nxt)) is not None:
-            _merge(graph, node, nxt, "FusedMatMul", {}, extra_inputs=[bias])
-            fused += 1
+    fused += _Chains(model.graph, on_cpu).fuse()
     if fused:
         model.opset_imports.setdefault(DOMAIN, 1)
     return fused
+
+
+class _Chains:
+    """Producer + follower fusions, in one topological pass over indexes built once:
+    Conv + residual Add (+ activation), Conv / Gemm / inference BatchNormalization + activation,
+    MatMul + bias Add."""
+
+    def __init__(self, graph: Graph, on_cpu: set[int]) -> None:
+        self.graph = graph
+        self.on_cpu = on_cpu
+        self.protected = protected_names(graph)
+        self.constants = graph.constant_initializers()
+        self.readers = graph.consumers()
+        self.removed: set[int] = set()
+
+    def fuse(self) -> int:
+        count = 0
+        for node in self.graph.topological_order():
+            if id(node) in self.removed or node.id not in self.on_cpu or node.domain not in ("", "ai.onnx"):
+                continue
+            nxt = self.sole_reader(node)
+            if nxt is None:
+                continue
+            if node.op_type == "Conv" and nxt.op_type in ("Add", "Sum") and self.residual_of(node, nxt):
+                residual = self.residual_of(node, nxt)
+                self.merge(node, nxt, "FusedConvAdd", {}, [residual])
+                count += 1
+                act = self.sole_reader(node)
+                if act is not None and self.fusable_activation(node, act):
+                    self.absorb_activation(node, act)
+                    count += 1
+            elif node.op_type in ("Conv", "Gemm") and self.fusable_activation(node, nxt):
+                self.merge(node, nxt, f"Fused{node.op_type}", _activation_attrs(nxt), nxt.inputs[1:])
+                count += 1
+            elif node.op_type == "BatchNormalization" and _inference_bn(node) and self.fusable_activation(node, nxt):
+                self.merge(node, nxt, "FusedBatchNormalization", _activation_attrs(nxt), [])
+                count += 1
+            elif node.op_type == "MatMul" and nxt.op_type == "Add" and (bias := self.bias_of(node, nxt)):
+                self.merge(node, nxt, "FusedMatMul", {}, [bias])
+                count += 1
+        if self.removed:
+            self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self.removed]
+        return count
+
+    def sole_reader(self, node: Node) -> Node | None:
+        """The one CPU node of the default domain reading ``node``'s single output (not a graph output)."""
+        outs = [o for o in node.outputs if o]
+        if len(outs) != 1 or len(node.outputs) != 1 or outs[0] in self.protected:
+            return None
+        users = self.readers.get(outs[0], [])
+        if len(users) != 1 or users[0].id not in self.on_cpu or users[0].domain not in ("", "ai.onnx"):
+            return None
+        return users[0]
+
+    def fusable_activation(self, producer: Node, act: Node) -> bool:
+        """An activation reading the producer's output as its first input; Clip's min/max constants."""
+        if act.op_type not in ACTIVATIONS or not act.inputs or act.inputs[0] != producer.outputs[0]:
+            return False
+        if act.op_type != "Clip":
+            return True
+        return all((not i) or i in self.constants for i in act.inputs[1:])
+
+    def residual_of(self, conv: Node, add: Node) -> str | None:
+        """The other operand of a two-input Add/Sum after a Conv, when it has the Conv output's shape."""
+        if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1] or not all(add.inputs):
+            return None
+        out = conv.outputs[0]
+        other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
+        t_out, t_other = self.graph.type_of(out), self.graph.type_of(other)
+        if t_out is None or t_other is None or t_out.shape is None or t_out.shape != t_other.shape:
+            return None
+        if t_out.elem_type != t_other.elem_type or any(not isinstance(d, int) for d in t_out.shape):
+            return None
+        return other
+
+    def bias_of(self, matmul: Node, add: Node) -> str | None:
+        """The Add's other operand when it is a constant 1-D bias over the MatMul's last axis."""
+        other = add.inputs[1] if add.inputs[0] == matmul.outputs[0] else add.inputs[0]
+        bias = self.constants.get(other)
+        w = self.graph.initializers.get(matmul.inputs[1])
+        if bias is None or w is None or bias.ndim != 1 or w.ndim < 2:
+            return None
+        if bias.shape[0] != w.shape[-1] or bias.dtype != w.dtype:
+            return None
+        return other
+
+    def merge(self, first: Node, second: Node, op_type: str, extra_attrs: dict, extra_inputs) -> None:
+        first.op_type = op_type
+        first.domain = DOMAIN
+        first.attrs = {**first.attrs, **extra_attrs}
+        first.attr_types = {}
+        inputs = list(first.inputs)
+        if op_type in ("FusedConv", "FusedGemm", "FusedConvAdd"):
+            while len(inputs) < 3:  # optional bias kept at position 2: what follows sits at fixed places
+                inputs.append("")
+        first.inputs = inputs + list(extra_inputs)
+        first.outputs = [second.outputs[0]]
+        self.removed.add(id(second))
+        for name in set(second.inputs):  # the fused node now reads what the follower read
+            users = [u for u in self.readers.get(name, []) if u is not second and u is not first]
+            self.readers[name] = users + [first]
+
+    def absorb_activation(self, node: Node, act: Node) -> None:
+        """FusedConvAdd + activation: the activation's attributes and extra inputs join the node."""
+        self.merge(node, act, node.op_type, _activation_attrs(act), act.inputs[1:])
+
+
+def _activation_attrs(act: Node) -> dict:
+    return {"activation": act.op_type, **{f"activation_{k}": v for k, v in act.attrs.items()}}
+
+
+def _inference_bn(node: Node) -> bool:
+    """A BatchNormalization computing Y only (training mode and its extra outputs are left alone)."""
+    if node.attr("training_mode", 0) or node.attr("spatial", 1) != 1:
+        return False
+    return len([o for o in node.outputs if o]) == 1 and len(node.inputs) == 5
 
 
 def fuse_transformer_nodes(model: Model, on_cpu: set[int]) -> int:
     """LayerNorm and GELU chains first (attention and SkipLayerNorm match across them), MatMul + bias last."""
     m = Matcher(model, on_cpu)
     return sum(fuse(m) for fuse in (fuse_layer_norms, fuse_gelus, fuse_attention, fuse_skip_layer_norms))
-
-
-def _only_consumer(graph: Graph, node: Node, protected: set[str], on_cpu: set[int]) -> Node | None:
-    if len([o for o in node.outputs if o]) != 1 or node.outputs[0] in protected:
-        return None
-    users = consumers_of(graph, node.outputs[0])
-    if len(users) != 1 or users[0].id not in on_cpu or users[0].domain not in ("", "ai.onnx"):
-        return None
-    user = users[0]
-    if user.inputs[0] != node.outputs[0] and user.op_type != "Add":
-        return None
-    return user
-
-
-def _simple_activation(graph: Graph, act: Node) -> bool:
-    """Clip's min/max must be constants (they become inputs of the fused node as they are)."""
-    if act.op_type != "Clip":
-        return True
-    constants = graph.constant_initializers()
-    return all((not i) or i in constants for i in act.inputs[1:])
-
-
-def _bias_of(graph: Graph, matmul: Node, add: Node) -> str | None:
-    """The Add's other operand when it is a constant 1-D bias over the MatMul's last axis."""
-    other = add.inputs[1] if add.inputs[0] == matmul.outputs[0] else add.inputs[0]
-    constants = graph.constant_initializers()
-    bias = constants.get(other)
-    w = graph.initializers.get(matmul.inputs[1])
-    if bias is None or w is None or bias.ndim != 1 or w.ndim < 2:
-        return None
-    if bias.shape[0] != w.shape[-1] or bias.dtype != w.dtype:
-        return None
-    return other
-
-
-def _merge(graph: Graph, first: Node, second: Node, op_type: str, extra_attrs: dict, extra_inputs) -> None:
-    first.op_type = op_type
-    first.domain = DOMAIN
-    first.attrs = {**first.attrs, **extra_attrs}
-    first.attr_types = {}
-    inputs = list(first.inputs)
-    if op_type in ("FusedConv", "FusedGemm"):
-        while len(inputs) < 3:  # keep activation inputs (Clip min/max) at fixed positions 3 and 4
-            inputs.append("")
-    first.inputs = inputs + list(extra_inputs)
-    first.outputs = [second.outputs[0]]
-    graph.nodes = [n for n in graph.nodes if n is not second]

@@ -2,9 +2,11 @@
 
 FusedConv / FusedGemm: the standard op's attributes and inputs, plus ``activation`` (Relu,
 LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid), ``activation_<attr>`` for its attributes, and
-Clip's min/max as inputs 4 and 5; the activation runs in place on the fresh output. FusedMatMul:
-MatMul(A, B) + bias (1-D over the last axis), the bias added in place. Never in a saved model
-unless written by ``optimized_model_filepath``.
+Clip's min/max as inputs 4 and 5; the activation runs in place on the fresh output.
+FusedConvAdd: Conv(X, W, B) + Z (a residual of the output's shape, input 4) then the optional
+activation (its extra inputs from 5). FusedBatchNormalization: inference BatchNormalization + activation.
+FusedMatMul: MatMul(A, B) + bias (1-D over the last axis), the bias added in place. Never in a saved
+model unless written by ``optimized_model_filepath``.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from ....ir.graph import Node
 from ..registry import lookup, register
 from .conv import conv_factory
 from .linalg import gemm_factory, matmul_factory
+from .normalization import batch_normalization_factory
 
 DOMAIN = "ort_core"
 _NEWEST_ACTIVATION_OPSET = 22  # activation attributes are stable since long before
@@ -69,6 +72,30 @@ def _fused(node: Node, opset: int, base_op: str, factory, n_base: int):
 @register("FusedConv", since=1, domain=DOMAIN)
 def fused_conv_factory(node, opset):
     return _fused(node, opset, "Conv", conv_factory, 3)
+
+
+@register("FusedConvAdd", since=1, domain=DOMAIN)
+def fused_conv_add_factory(node, opset):
+    """Conv(X, W, B) + Z, then the optional activation, all on the Conv's fresh output."""
+    conv = conv_factory(Node("Conv", node.inputs[:3], node.outputs,
+                             {k: v for k, v in node.attrs.items() if not k.startswith("activation")},
+                             name=node.name, id=node.id), 11)
+    activate = _activation(_split(node, "Conv", 4)[1]) if node.attr("activation") is not None else None
+
+    def kernel(x, w, b, z, *extra):
+        (y,) = conv(x, w, b)
+        if not y.flags.writeable or y.shape != z.shape or y.dtype != z.dtype:
+            y = np.add(y, z)
+        else:
+            y += z
+        return (activate(y, *extra) if activate is not None else y,)
+
+    return kernel
+
+
+@register("FusedBatchNormalization", since=1, domain=DOMAIN)
+def fused_batch_normalization_factory(node, opset):
+    return _fused(node, opset, "BatchNormalization", batch_normalization_factory, 5)
 
 
 @register("FusedGemm", since=1, domain=DOMAIN)
