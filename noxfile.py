@@ -111,14 +111,21 @@ def demo(session: nox.Session) -> None:
 
 @nox.session
 def bench(session: nox.Session) -> None:
-    """Median latency of ort-core vs onnxruntime on the same models in the same run.
+    """ort-core vs onnxruntime side by side in one process, on the same models and inputs.
 
-    onnxruntime is installed here only, as the yardstick; it is never a runtime dependency. The
-    OpenVINO provider (and its openvino wheel) is installed too and measured at FP32 and BF16.
-    Pass model names or paths after `--` (default: the conv models and the demo CNN;
-    `--no-openvino` leaves OpenVINO out).
+    Per model: median and p90 latency of each and their ratio, session-creation time, peak memory
+    (fresh subprocesses), the largest output difference and ort-core's latency over its BLAS floor,
+    with the targets met or missed; the tables are printed and written as Markdown to
+    bench/results.md (`-- --markdown PATH`). onnxruntime is installed here only, as the yardstick; it
+    is never a runtime dependency. The OpenVINO provider (with its openvino wheel) is installed too,
+    and the oneDNN provider where plugins/ort-ep-onednn exists; each is measured at both precisions
+    when available. After `--`: model names or paths (default: the light conv models, a seeded
+    ResNet-18, the demo CNN, BERT, GPT-2, an LSTM and a chain of 1,000 Adds) and options such as
+    `--quick`, `--runs N`, `--no-openvino`, `--no-onednn` (see bench/bench_latency.py).
     """
-    session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}")  # "./": folders, not index names
+    onednn = "plugins/ort-ep-onednn"
+    extra = [f"./{onednn}"] if os.path.isfile(os.path.join(onednn, "pyproject.toml")) else []
+    session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", *extra)  # "./": folders, not index names
     session.run("python", "bench/bench_latency.py", *session.posargs)
 
 

@@ -1,206 +1,212 @@
-"""Latency of ort-core vs onnxruntime on the same models, inputs and machine, in one run.
+"""ort-core vs onnxruntime on the same models, inputs and machine, in one process: latency, session
+creation, peak memory, output differences, and ort-core's latency over its BLAS floor.
 
-Prints the median (and p90) latency of each runtime and the ratio ort-core / onnxruntime; when
-the OpenVINO provider is installed and available, also its latency at FP32 (default) and BF16
-precision, as ratios to onnxruntime's and ort-core's CPU providers, with the largest difference
-from onnxruntime's outputs.
-Usage: python bench/bench_latency.py [MODEL ...] [--runs N] [--no-openvino]  (MODEL: a path, a
-light-model name such as 'resnet50', 'demo' or 'resnet18_seeded'); defaults to the conv models
-light ResNet-50, SqueezeNet, Inception v1, DenseNet-121, a seeded-weights ResNet-18 and the demo CNN.
+Per model it prints and writes (``--markdown``, default bench/results.md) the median and p90 latency
+of each runtime and their ratio, session-creation time, peak memory (fresh subprocesses), the largest
+output difference, ort-core's BLAS floor (see measure.py) with its top ops by time, per-node dispatch
+for the Add chain, and each target met or missed. Extra ort-core providers (OpenVINO FP32/BF16, oneDNN
+fp32/bf16), when installed and available, get rows as ratios to both CPU providers.
+
+Usage: python bench/bench_latency.py [MODEL ...] [--runs N] [--budget S] [--quick] [--no-openvino]
+[--no-onednn] [--no-creation] [--no-memory] [--no-floor] [--markdown PATH]. MODEL: a path, a light
+model of the onnx wheel ('resnet50', 'vgg19', ...), 'demo', or a built one: 'resnet18_seeded', 'bert',
+'gpt2', 'lstm', 'adds1000' (models.py); default: all of these, conv models first.
 """
 
 from __future__ import annotations
 
+# isort: off
+import ort_core  # before numpy: ort-core picks numpy's BLAS kernels as it would for a user (ort_core.blas)
+# isort: on
 import argparse
+import gc
 import os
+import platform
 import tempfile
 import time
 import warnings
 
+import measure
+import models
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+import report
 
-import ort_core
-from ort_core.cli import demo_model_path, random_input
-
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-CONV_MODELS = ["resnet50", "squeezenet", "inception_v1", "densenet121", "resnet18_seeded"]
-OPENVINO = "OpenVINOExecutionProvider"
-
-
-def resnet18_seeded(seed: int = 0) -> onnx.ModelProto:
-    """A ResNet-18 (Conv-BatchNorm-Relu, residual Adds, 224x224 input) with seeded random weights.
-
-    The light models' weights are constants (every channel alike), which hides numeric
-    differences; He-initialised weights and random BatchNorm statistics do not.
-    """
-    rng = np.random.default_rng(seed)
-    nodes, inits = [], []
-    count = [0]
-
-    def name(prefix: str) -> str:
-        count[0] += 1
-        return f"{prefix}{count[0]}"
-
-    def const(prefix: str, value: np.ndarray) -> str:
-        n = name(prefix)
-        inits.append(numpy_helper.from_array(value.astype(np.float32), n))
-        return n
-
-    def conv_bn(x: str, cin: int, cout: int, k: int, stride: int, relu: bool = True) -> str:
-        w = const("w", rng.standard_normal((cout, cin, k, k)) * np.sqrt(2.0 / (cin * k * k)))
-        c = name("conv")
-        nodes.append(helper.make_node("Conv", [x, w], [c], kernel_shape=[k, k], strides=[stride, stride],
-                                      pads=[k // 2] * 4))
-        bn = [const("g", rng.uniform(0.5, 1.0, cout)), const("b", rng.normal(0, 0.1, cout)),
-              const("m", rng.normal(0, 0.1, cout)), const("v", rng.uniform(0.5, 1.5, cout))]
-        y = name("bn")
-        nodes.append(helper.make_node("BatchNormalization", [c, *bn], [y], epsilon=1e-5))
-        if relu:
-            r = name("relu")
-            nodes.append(helper.make_node("Relu", [y], [r]))
-            return r
-        return y
-
-    def block(x: str, cin: int, cout: int, stride: int) -> str:
-        y = conv_bn(conv_bn(x, cin, cout, 3, stride), cout, cout, 3, 1, relu=False)
-        skip = x if stride == 1 and cin == cout else conv_bn(x, cin, cout, 1, stride, relu=False)
-        s, r = name("add"), name("relu")
-        nodes.extend([helper.make_node("Add", [y, skip], [s]), helper.make_node("Relu", [s], [r])])
-        return r
-
-    x = conv_bn("input", 3, 64, 7, 2)
-    p = name("pool")
-    nodes.append(helper.make_node("MaxPool", [x], [p], kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1]))
-    x, cin = p, 64
-    for cout, stride in [(64, 1), (128, 2), (256, 2), (512, 2)]:
-        x = block(block(x, cin, cout, stride), cout, cout, 1)
-        cin = cout
-    g, f = name("gap"), name("flat")
-    nodes.extend([helper.make_node("GlobalAveragePool", [x], [g]), helper.make_node("Flatten", [g], [f])])
-    w = const("fc_w", rng.standard_normal((1000, 512)) * np.sqrt(1.0 / 512))
-    b = const("fc_b", rng.normal(0, 0.01, 1000))
-    nodes.append(helper.make_node("Gemm", [f, w, b], ["logits"], transB=1))
-    graph = helper.make_graph(nodes, "resnet18_seeded",
-                              [helper.make_tensor_value_info("input", TensorProto.FLOAT, [1, 3, 224, 224])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, [1, 1000])],
-                              initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], producer_name="ort-core bench")
-    model.ir_version = 8
-    return model
+# (label, provider, options, the --no-... flag that leaves it out)
+EXTRA_PROVIDERS = [
+    ("OpenVINO FP32", "OpenVINOExecutionProvider", {"precision": "FP32"}, "openvino"),
+    ("OpenVINO BF16", "OpenVINOExecutionProvider", {"precision": "BF16"}, "openvino"),
+    ("oneDNN fp32", "DnnlExecutionProvider", {"precision": "fp32"}, "onednn"),
+    ("oneDNN bf16", "DnnlExecutionProvider", {"precision": "bf16"}, "onednn"),
+]
+HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def resolve(model: str, tmp: str) -> str:
-    if model == "demo":
-        return demo_model_path()
-    if model == "resnet18_seeded":
-        path = os.path.join(tmp, "resnet18_seeded.onnx")
-        if not os.path.exists(path):
-            onnx.save(resnet18_seeded(), path)
-        return path
-    if os.path.exists(model):
-        return model
-    path = os.path.join(LIGHT, f"light_{model}.onnx")
-    if not os.path.exists(path):
-        raise SystemExit(f"unknown model '{model}': not a file and not a light model in {LIGHT}")
-    return path
+def parse_args() -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("models", nargs="*", default=models.DEFAULT)
+    ap.add_argument("--runs", type=int, default=None, help="timed runs per runtime for fast models (default 30)")
+    ap.add_argument("--budget", type=float, default=None,
+                    help="seconds of timed runs per model: slow models get fewer runs (default 12, 0: always N)")
+    ap.add_argument("--quick", action="store_true", help="fewer runs everywhere (a rough look, not for the README)")
+    ap.add_argument("--no-openvino", action="store_true", help="leave the OpenVINO provider out")
+    ap.add_argument("--no-onednn", action="store_true", help="leave the oneDNN provider out")
+    ap.add_argument("--no-creation", action="store_true", help="skip session-creation times")
+    ap.add_argument("--no-memory", action="store_true", help="skip peak memory (subprocesses)")
+    ap.add_argument("--no-floor", action="store_true", help="skip the profile and the BLAS floor")
+    ap.add_argument("--markdown", default=os.path.join(HERE, "results.md"), help="where the Markdown goes")
+    args = ap.parse_args()
+    args.runs = args.runs or (10 if args.quick else 30)
+    args.budget = args.budget if args.budget is not None else (4.0 if args.quick else 12.0)
+    args.repeats = 1 if args.quick else 3  # session creations, memory runs and profiled runs
+    return args
 
 
-def timed(fns: list, runs: int, warmup: int = 3, block: int = 10, settle: float = 0.3) -> list[np.ndarray]:
-    """Milliseconds per call of each function, measured in rounds: each round gives every
-    function, after a pause, two untimed calls and then ``block`` timed ones. Rounds spread the
-    machine's ups and downs over all runtimes alike; the pause lets the previous runtime's
-    threads stop spinning (BLAS and inference thread pools busy-wait a while after a call), which
-    would otherwise be timed against the next runtime's work."""
-    for fn in fns:
-        for _ in range(warmup):
-            fn()
-    t = [[] for _ in fns]
-    while len(t[0]) < runs:
-        for k, fn in enumerate(fns):
-            time.sleep(settle)
-            fn()
-            fn()
-            for _ in range(min(block, runs - len(t[k]))):
-                t0 = time.perf_counter()
-                fn()
-                t[k].append(time.perf_counter() - t0)
-    return [np.array(x) * 1e3 for x in t]
+def kind_of(model: str) -> str:
+    if model in models.CONV:
+        return "conv"
+    if model in models.TRANSFORMERS:
+        return "transformer"
+    return "chain" if model.startswith("adds") else "other"
 
 
-def max_diff(a: np.ndarray, b: np.ndarray) -> float:
-    return float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+def max_diff(ours: list, theirs: list) -> tuple[float, float]:
+    """Largest |difference| over all outputs (inf where shapes differ), and the largest |value| of the
+    reference outputs."""
+    diff = max((float(np.max(np.abs(a.astype(np.float64) - b))) if a.size else 0.0
+                if np.shape(a) == np.shape(b) else float("inf") for a, b in zip(ours, theirs)), default=0.0)
+    ref = max((float(np.max(np.abs(b))) if b.size else 0.0 for b in theirs), default=0.0)
+    return diff, ref
+
+
+def quiet_session(path: str, **kwargs):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ort_core.OrtWarning)  # the provider assignment summary
+        return ort_core.InferenceSession(path, **kwargs)
+
+
+def bench_model(model: str, path: str, ort, extras: list, args, tmp: str) -> tuple[dict, list[dict]]:
+    name = os.path.basename(model).removesuffix(".onnx") if os.path.exists(model) else model
+    r = {"name": name, "kind": kind_of(model),
+         "nodes_file": len(onnx.load(path, load_external_data=False).graph.node)}
+    floor = None
+    if not args.no_floor:
+        profile = measure.profile_ort_core(path, models.feeds, args.repeats, tmp)
+        r["steps"] = len(profile["steps"])
+        r["top_ops"] = measure.top_ops(profile["steps"])
+        floor = measure.floor_fn(profile["steps"])
+        gc.collect()
+    feeds, rows = latency(r, path, ort, extras, args, floor)
+    del floor
+    gc.collect()  # the timed sessions are gone: their memory must not weigh on what follows
+    if not args.no_creation:
+        factories = [lambda: ort_core.InferenceSession(path)]
+        if ort is not None:
+            factories.append(lambda: ort.InferenceSession(path, providers=[measure.CPU]))
+        created = measure.creation_ms(factories, args.repeats)
+        r["creation_core"], r["creation_ort"] = created[0], (created[1] if ort is not None else None)
+    if not args.no_memory:
+        npz = os.path.join(tmp, "feeds.npz")
+        np.savez(npz, **feeds)
+        r["memory_core"] = measure.peak_memory_mb("ort-core", path, npz, args.repeats)
+        if ort is not None:
+            r["memory_ort"] = measure.peak_memory_mb("onnxruntime", path, npz, args.repeats)
+    return r, rows
+
+
+def latency(r: dict, path: str, ort, extras: list, args, floor) -> tuple[dict, list[dict]]:
+    """Time ort-core, onnxruntime, the BLAS floor (when a function) and the extra providers in
+    alternating rounds; fills ``r``, returns the feeds and one row per extra provider."""
+    ours = ort_core.InferenceSession(path)
+    feeds = models.feeds(ours.get_inputs())
+    sessions = [ours]
+    out_core = ours.run(None, feeds)
+    out_ort = None
+    if ort is not None:
+        theirs = ort.InferenceSession(path, providers=[measure.CPU])
+        sessions.append(theirs)
+        out_ort = theirs.run(None, feeds)
+        r["diff"], r["ref"] = max_diff(out_core, out_ort)
+    labels = []
+    for label, provider, options, _ in extras:
+        try:
+            sessions.append(quiet_session(path, providers=[(provider, options)]))
+            labels.append(label)
+        except ort_core.OrtError as e:
+            print(f"  {label}: no session ({e})")
+    fns = [lambda s=s: s.run(None, feeds) for s in sessions]
+    if floor is not None:
+        fns.append(floor)
+    r["runs"], block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 5)
+    times = measure.timed(fns, r["runs"], block=block)
+    if floor is not None:
+        r["floor_ms"] = measure.summary(times.pop())[0]
+    r["core_ms"], r["core_p90"] = measure.summary(times[0])
+    if ort is not None:
+        r["ort_ms"], r["ort_p90"] = measure.summary(times[1])
+    rows = []
+    first = len(sessions) - len(labels)
+    for label, sess, t in zip(labels, sessions[first:], times[first:]):
+        ms, p90 = measure.summary(t)
+        diff = max_diff(sess.run(None, feeds), out_ort)[0] if out_ort is not None else None
+        rows.append({"model": r["name"], "label": label, "ms": ms, "p90": p90, "diff": diff})
+    return feeds, rows
+
+
+def progress(r: dict) -> str:
+    text = f"{r['name']}: ort-core {r['core_ms']:.2f} ms"
+    if r.get("ort_ms"):
+        text += f", onnxruntime {r['ort_ms']:.2f} ms ({r['core_ms'] / r['ort_ms']:.2f}x)"
+    if r.get("floor_ms"):
+        text += f", BLAS floor {r['floor_ms']:.2f} ms"
+    return text + f" [{r['runs']} runs]"
+
+
+def _load() -> float | None:
+    """The 1-minute load average: above the core count, other processes competed for the cores."""
+    return os.getloadavg()[0] if hasattr(os, "getloadavg") else None
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("models", nargs="*", default=[*CONV_MODELS, "demo"])
-    ap.add_argument("--runs", type=int, default=30)
-    ap.add_argument("--no-openvino", action="store_true", help="leave the OpenVINO provider out")
-    args = ap.parse_args()
-    import onnxruntime
-
-    with_ov = not args.no_openvino and OPENVINO in ort_core.get_available_providers()
-    print(f"ort-core {ort_core.__version__} vs onnxruntime {onnxruntime.__version__}, {os.cpu_count()} cores")
-    if with_ov:
+    args = parse_args()
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        ort = None
+        print("onnxruntime is not installed: ort-core alone, no ratios")
+    available = ort_core.get_available_providers()
+    skipped = {"openvino": args.no_openvino, "onednn": args.no_onednn}
+    extras = [e for e in EXTRA_PROVIDERS if not skipped[e[3]] and e[1] in available]
+    meta = {"core": ort_core.__version__, "ort": ort.__version__ if ort else None, "cores": os.cpu_count(),
+            "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"}
+    print(f"ort-core {meta['core']} vs onnxruntime {meta['ort']}, {meta['machine']}")
+    if extras:
         from ort_core.plugins.manager import get_registry
 
-        print(f"{OPENVINO}: {get_registry().providers[OPENVINO].info.description}")
-    print(f"{'model':<28}{'ort-core ms':>14}{'onnxruntime ms':>16}{'ratio':>8}  (median; p90 in brackets)")
-    ov_rows = []
+        for provider in dict.fromkeys(e[1] for e in extras):
+            print(f"{provider}: {get_registry().providers[provider].info.description}")
+    t_start, load_start = time.perf_counter(), _load()
+    results, extra_rows, failed = [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
-            path = resolve(model, tmp)
-            ours = ort_core.InferenceSession(path)
-            theirs = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"])
-            rng = np.random.default_rng(0)
-            feeds = {a.name: random_input(a, rng) for a in ours.get_inputs()}
-            a = ours.run(None, feeds)[0]
-            b = theirs.run(None, feeds)[0]
-            fns = [lambda s=ours, f=feeds: s.run(None, f), lambda s=theirs, f=feeds: s.run(None, f)]
-            ov = {}
-            if with_ov:
-                for precision in ("FP32", "BF16"):
-                    with warnings.catch_warnings():
-                        warnings.simplefilter("ignore", ort_core.OrtWarning)  # the assignment summary
-                        ov[precision] = ort_core.InferenceSession(
-                            path, providers=[(OPENVINO, {"precision": precision})])
-                    fns.append(lambda s=ov[precision], f=feeds: s.run(None, f))
-            times = timed(fns, args.runs)
-            t_ours, t_theirs = times[0], times[1]
-            m1, m2 = np.median(t_ours), np.median(t_theirs)
-            name = os.path.basename(path).removesuffix(".onnx")
-            print(f"{name:<28}{m1:>9.2f} [{np.percentile(t_ours, 90):.1f}]{m2:>11.2f} "
-                  f"[{np.percentile(t_theirs, 90):.1f}]{m1 / m2:>7.2f}x  max|diff| {max_diff(a, b):.2e}")
-            if with_ov:
-                row = {"name": name, "conv": model in CONV_MODELS, "core": m1, "ort": m2,
-                       "ref": float(np.max(np.abs(b)))}
-                for k, (precision, sess) in enumerate(ov.items()):
-                    t = times[2 + k]
-                    row[precision] = (float(np.median(t)), float(np.percentile(t, 90)),
-                                      max_diff(sess.run(None, feeds)[0], b))
-                ov_rows.append(row)
-    if ov_rows:
-        report_openvino(ov_rows)
-
-
-def report_openvino(rows: list[dict]) -> None:
-    print(f"\n{OPENVINO} (median ms [p90]; x: its latency / onnxruntime CPU and / ort-core CPU; "
-          "max|diff| vs onnxruntime, relative to the largest output in brackets)")
-    print(f"{'model':<24}{'FP32 ms':>16}{'/ort':>7}{'/core':>7}{'max|diff|':>20}"
-          f"{'BF16 ms':>16}{'/ort':>7}{'speed-up':>9}{'max|diff|':>20}")
-    for r in rows:
-        f32, bf16 = r["FP32"], r["BF16"]
-        print(f"{r['name']:<24}{f32[0]:>9.2f} [{f32[1]:>5.1f}]{f32[0] / r['ort']:>6.2f}x{f32[0] / r['core']:>6.2f}x"
-              f"{f32[2]:>10.1e} [{f32[2] / max(r['ref'], 1e-30):.0e}]"
-              f"{bf16[0]:>9.2f} [{bf16[1]:>5.1f}]{bf16[0] / r['ort']:>6.2f}x{f32[0] / bf16[0]:>8.2f}x"
-              f"{bf16[2]:>10.1e} [{bf16[2] / max(r['ref'], 1e-30):.0e}]")
-    conv = [r for r in rows if r["conv"]] or rows
-    med = {k: float(np.median([r["FP32"][0] / r[k] for r in conv])) for k in ("ort", "core")}
-    speedup = float(np.median([r["FP32"][0] / r["BF16"][0] for r in conv]))
-    print(f"median over {len(conv)} conv model(s): FP32 {med['ort']:.2f}x onnxruntime CPU, {med['core']:.2f}x "
-          f"ort-core CPU (below 1: faster); BF16 {speedup:.2f}x faster than FP32")
+            path = models.resolve(model, tmp)
+            try:
+                r, rows = bench_model(model, path, ort, extras, args, tmp)
+            except Exception as e:  # one broken model must not cost the whole run
+                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+                failed.append((model, f"{type(e).__name__}: {first}"))
+                print(f"{model}: failed: {failed[-1][1]}", flush=True)
+                continue
+            results.append(r)
+            extra_rows += rows
+            print(progress(r), flush=True)
+    meta["load"] = (load_start, _load())
+    text = report.markdown(results, extra_rows, meta, failed)
+    print(f"\n{text}\n({time.perf_counter() - t_start:.0f} s)")
+    if args.markdown:
+        with open(args.markdown, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"Markdown written to {args.markdown}")
 
 
 if __name__ == "__main__":
