@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import consumers_of, protected_names, rename_uses
+from .rewrite import protected_names, rename_uses
 
 
 def simplify_chains(graph: Graph) -> int:
@@ -20,6 +20,7 @@ def simplify_chains(graph: Graph) -> int:
         changed = False
         protected = protected_names(graph)
         producers = graph.producers()
+        readers = graph.consumers()  # valid for this round: the loop restarts after each rewrite
         for node in list(graph.nodes):
             if node.domain not in ("", "ai.onnx") or not node.inputs or not node.inputs[0]:
                 continue
@@ -29,7 +30,7 @@ def simplify_chains(graph: Graph) -> int:
                     continue
                 rename_uses(graph, node.outputs[0], node.inputs[0])
                 graph.nodes = [n for n in graph.nodes if n is not node]
-            elif inner is None or inner.outputs[0] in protected or len(consumers_of(graph, inner.outputs[0])) != 1:
+            elif inner is None or inner.outputs[0] in protected or len(readers.get(inner.outputs[0], ())) != 1:
                 continue
             elif node.op_type == "Transpose" and inner.op_type == "Transpose" and inner.domain in ("", "ai.onnx"):
                 if not _compose_transposes(graph, inner, node, protected):
