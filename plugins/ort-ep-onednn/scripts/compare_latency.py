@@ -1,0 +1,79 @@
+"""Median latency of ort-core with DnnlExecutionProvider against onnxruntime's CPU provider.
+
+Alternates the two runtimes with 0.3 s sleeps and checks their outputs agree. Usage (from any
+folder): python plugins/ort-ep-onednn/scripts/compare_latency.py resnet50 squeezenet bert ...
+(light-model names, or bench/models.py builders); env THREADS=n (num_threads / intra_op_num_threads),
+PREC=fp32|bf16, RUNS=n. A measuring aid, not a test: nothing here asserts timings.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import onnx
+import onnxruntime as rt
+
+import ort_core as ort
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
+import models as bench_models  # noqa: E402  (bench/models.py: the bench's model builders)
+
+LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+
+
+def model_path(name: str) -> str:
+    if name in bench_models.BUILDERS:
+        path = os.path.join(tempfile.gettempdir(), f"ort_ep_onednn_{name}.onnx")
+        if not os.path.exists(path):
+            onnx.save(bench_models.BUILDERS[name](), path)
+        return path
+    return name if name.endswith(".onnx") else os.path.join(LIGHT, f"light_{name}.onnx")
+
+
+def main(names: list[str]) -> None:
+    runs = int(os.environ.get("RUNS", 15))
+    threads = int(os.environ.get("THREADS", 0))
+    options = {"precision": os.environ.get("PREC", "fp32")}
+    so = rt.SessionOptions()
+    if threads:
+        options["num_threads"] = threads
+        so.intra_op_num_threads = threads
+    for name in names:
+        path = model_path(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dnnl = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", options)])
+        ref = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        rng = np.random.default_rng(0)
+        feed = {}
+        for i in ref.get_inputs():
+            shape = [d if isinstance(d, int) else 1 for d in i.shape]
+            feed[i.name] = np.zeros(shape, np.float32) if i.name == "mask" else \
+                rng.standard_normal(shape).astype(np.float32)
+        got, want = dnnl.run(None, feed), ref.run(None, feed)
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want))
+        for _ in range(3):
+            dnnl.run(None, feed)
+            ref.run(None, feed)
+        td, tr = [], []
+        for _ in range(runs):
+            t = time.perf_counter()
+            dnnl.run(None, feed)
+            td.append(time.perf_counter() - t)
+            time.sleep(0.3)
+            t = time.perf_counter()
+            ref.run(None, feed)
+            tr.append(time.perf_counter() - t)
+            time.sleep(0.3)
+        md, mr = statistics.median(td) * 1e3, statistics.median(tr) * 1e3
+        print(f"{name:14s} oneDNN {md:8.2f} ms  onnxruntime {mr:8.2f} ms  ratio {md / mr:5.2f}  max diff {diff:.1e}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or ["resnet50", "squeezenet", "inception_v1", "densenet121"])

@@ -1,0 +1,204 @@
+"""Which nodes oneDNN takes: the ops mapped to primitives, their float32 and attribute rules, and a
+probe that lowers a node with its static shapes to learn whether oneDNN implements it.
+
+A node is claimed only when the rules pass and, where its input shapes are known, the probe builds
+its primitive descriptors (cached per signature); running nodes is not done here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto
+
+from .library import DnnlError, Library
+from .lowering import (
+    BINARY_OPS,
+    ELTWISE_OPS,
+    INACCURATE,
+    REDUCE_OPS,
+    Builder,
+    Spec,
+    Unsupported,
+    clip_bounds,
+    eltwise_of,
+)
+
+F32 = TensorProto.FLOAT
+OPS = frozenset([*ELTWISE_OPS, *BINARY_OPS, *REDUCE_OPS, "Split", "Conv", "BatchNormalization", "MaxPool",
+                 "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "MatMul", "Gemm", "Softmax", "LogSoftmax",
+                 "LayerNormalization", "Concat", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose"])
+# inputs that hold shapes or axes (int64, must be constants), not float32 data
+INDEX_INPUTS = {"Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "ReduceMean": {1}, "ReduceSum": {1}}
+# ops whose every output is computed (others: only the first)
+MULTI_OUTPUT = {"Split"}
+
+
+def constant_value(node: Any) -> np.ndarray | None:
+    """The value of a numeric Constant node, else None."""
+    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.outputs:
+        return None
+    a = node.attrs
+    if isinstance(a.get("value"), np.ndarray) and a["value"].dtype.kind in "biuf":
+        return a["value"]
+    if "value_float" in a or "value_floats" in a:
+        return np.array(a.get("value_float", a.get("value_floats")), np.float32)
+    if "value_int" in a or "value_ints" in a:
+        return np.array(a.get("value_int", a.get("value_ints")), np.int64)
+    return None
+
+
+def constant_node_values(graph: Any) -> dict[str, np.ndarray]:
+    """Output name -> value of every numeric Constant node of ``graph`` (as fixed as initializers)."""
+    return {n.outputs[0]: v for n in graph.nodes if (v := constant_value(n)) is not None}
+
+
+class Context:
+    """What judging a node needs: the graph (static types), the default-domain opset, constants."""
+
+    def __init__(self, graph: Any, opset: int, initializer) -> None:
+        self.graph, self.opset, self._initializer = graph, opset, initializer
+        self._constant_nodes: dict[str, np.ndarray] | None = None
+
+    def constant(self, name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        value = self._initializer(name)
+        if value is None:
+            if self._constant_nodes is None:
+                self._constant_nodes = constant_node_values(self.graph)
+            value = self._constant_nodes.get(name)
+        return None if value is None else np.asarray(value)
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """The static shape of ``name`` when every dimension is known, else None."""
+        c = self.constant(name)
+        if c is not None:
+            return tuple(c.shape)
+        t = self.graph.type_of(name)
+        if t is None or t.shape is None or not all(isinstance(d, int) and d >= 0 for d in t.shape):
+            return None
+        return tuple(t.shape)
+
+
+def rule_reason(node: Any, ctx: Context) -> str | None:
+    """Why ``node`` is not lowered whatever its shapes (op, types, attributes), or None."""
+    if node.domain not in ("", "ai.onnx"):
+        return f"domain '{node.domain}' has no oneDNN lowering"
+    op = node.op_type
+    if op in INACCURATE:
+        return INACCURATE[op]
+    if op not in OPS:
+        return f"{op} has no oneDNN primitive mapping in this provider"
+    if node.subgraphs():
+        return "attributes holding subgraphs"
+    index = INDEX_INPUTS.get(op, set())
+    for k, name in enumerate(node.inputs):
+        if not name:
+            continue
+        if k in index:
+            c = ctx.constant(name)
+            if c is None:
+                return f"{op} input {k} ('{name}') must be a constant"
+            continue
+        t = ctx.graph.type_of(name)
+        if t is None and ctx.constant(name) is not None:
+            if ctx.constant(name).dtype != np.float32:
+                return f"input '{name}' is {ctx.constant(name).dtype}: only float32 tensors are computed"
+            continue
+        if t is None or t.kind != "tensor":
+            return f"input '{name}' has no known tensor type"
+        if t.elem_type != F32:
+            return f"input '{name}' is {t.text}: only float32 tensors are computed"
+    for k, name in enumerate(node.outputs):
+        if not name:
+            continue
+        if k > 0 and op not in MULTI_OUTPUT:
+            return f"{op} output {k} ('{name}') is not computed (only the first output)"
+        t = ctx.graph.type_of(name)
+        if t is None or t.kind != "tensor" or t.elem_type != F32:
+            return f"output '{name}' is not a known float32 tensor"
+    if op in BINARY_OPS and ("axis" in node.attrs or node.attr("broadcast", 0)):
+        return f"{op} with the legacy axis/broadcast attributes"
+    if op in ELTWISE_OPS:
+        try:
+            eltwise_of(node, ctx.constant)
+        except Unsupported as e:
+            return str(e)
+    if op == "Clip":
+        try:
+            clip_bounds(node, ctx.constant)
+        except Unsupported as e:
+            return str(e)
+    if op == "BatchNormalization":
+        if node.attr("training_mode", 0):
+            return "BatchNormalization training_mode=1"
+        if node.attr("spatial", 1) != 1:
+            return "BatchNormalization spatial=0"
+        if "consumed_inputs" in node.attrs and ctx.opset < 6:
+            return "BatchNormalization-1 legacy attributes"
+    if op in ("MaxPool", "AveragePool") and node.attr("storage_order", 0):
+        return "MaxPool storage_order=1"
+    if op == "Gelu" and node.attr("approximate", "none") not in ("none", "tanh", b"none", b"tanh"):
+        return "Gelu approximation other than none/tanh"
+    return None
+
+
+class Probes:
+    """Verdicts of lowering one node with given static shapes (None: lowers; else the reason)."""
+
+    def __init__(self) -> None:
+        self._verdicts: dict[str, str | None] = {}
+        self._lock = threading.Lock()
+
+    def verdict(self, lib: Library, node: Any, ctx: Context, fpmath: int) -> str | None:
+        names = [n for n in node.inputs if n]
+        shapes = {}
+        consts = {}
+        for name in names:
+            c = ctx.constant(name)
+            if c is not None:
+                consts[name] = c
+                continue
+            s = ctx.shape(name)
+            if s is None:
+                return None  # shapes known only at run time: the rules decide
+            shapes[name] = s
+        key = _key(node, shapes, consts, ctx.opset, fpmath)
+        with self._lock:
+            if key in self._verdicts:
+                return self._verdicts[key]
+        spec = Spec([node], list(dict.fromkeys(names)), [node.outputs[0]], consts, ctx.opset)
+        try:
+            Builder(lib, spec, shapes, fpmath=fpmath, probe=True).build()
+            why = None
+        except Unsupported as e:
+            why = str(e)
+        except DnnlError as e:
+            why = f"oneDNN does not implement it for these shapes ({e})"
+        with self._lock:
+            self._verdicts[key] = why
+        return why
+
+
+def _key(node: Any, shapes, consts, opset: int, fpmath: int) -> str:
+    h = hashlib.sha1()
+    h.update(f"{node.op_type}|{opset}|{fpmath}|{sorted((k, repr(v)) for k, v in node.attrs.items())}".encode())
+    for k, name in enumerate(node.inputs):
+        h.update(f"|{k}:{shapes.get(name)}".encode())
+        c = consts.get(name)
+        if c is not None:
+            h.update(f"{c.dtype}{c.shape}".encode())
+            if c.size <= 64:
+                h.update(np.ascontiguousarray(c).tobytes())
+    return h.hexdigest()
+
+
+PROBES = Probes()
+
+
+def unsupported_reason(lib: Library, node: Any, ctx: Context, fpmath: int) -> str | None:
+    return rule_reason(node, ctx) or PROBES.verdict(lib, node, ctx, fpmath)

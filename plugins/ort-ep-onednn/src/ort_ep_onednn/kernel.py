@@ -1,0 +1,233 @@
+"""The stateless kernel of a compiled subgraph: programs cached per input-shape signature, and the
+per-call state (buffers, memory objects, exec-argument arrays) pooled so that threads never share it.
+
+Python only dispatches: each call binds the feeds and fresh output arrays to prepared memory
+objects and executes the prepared primitives in order. What the primitives are is ``lowering``'s job.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+
+from . import enums as E
+from . import primitives as P
+from .library import Library
+from .lowering import Builder, Program, Spec
+from .options import Options
+
+
+def plan_slots(program: Program) -> tuple[dict[int, int], list[int]]:
+    """Share per-call scratch storage between internal buffers whose lifetimes (first to last step
+    touching them) do not overlap: buffer id -> slot, and each slot's size in bytes."""
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    bufs: dict[int, Any] = {}
+    for i, step in enumerate(program.steps):
+        for _, mem in step.args:
+            if mem.buf.kind == "internal":
+                key = id(mem.buf)
+                bufs[key] = mem.buf
+                first.setdefault(key, i)
+                last[key] = i
+    ending: dict[int, list[int]] = {}
+    for key, i in last.items():
+        ending.setdefault(i, []).append(key)
+    starting: dict[int, list[int]] = {}
+    for key, i in first.items():
+        starting.setdefault(i, []).append(key)
+    slot_of: dict[int, int] = {}
+    sizes: list[int] = []
+    free: list[int] = []
+    for i in range(len(program.steps)):
+        for key in starting.get(i, []):
+            need = bufs[key].nbytes
+            fit = [s for s in free if sizes[s] >= need]
+            if fit:
+                s = min(fit, key=lambda s: sizes[s])
+            elif free:
+                s = max(free, key=lambda s: sizes[s])
+                sizes[s] = need
+            else:
+                s = len(sizes)
+                sizes.append(need)
+            if s in free:
+                free.remove(s)
+            slot_of[key] = s
+        for key in ending.get(i, []):
+            free.append(slot_of[key])
+    return slot_of, sizes
+
+
+class Instance:
+    """Everything one call needs of its own: scratch buffers, a stream, a dnnl_memory_t per Mem and
+    the exec-argument arrays, built once and reused by later calls (one call at a time)."""
+
+    def __init__(self, lib: Library, program: Program, slot_of: dict[int, int], sizes: list[int]) -> None:
+        ffi, c = lib.ffi, lib.lib
+        self.lib = lib
+        self.slots = [P.aligned_bytes(max(n, 64)) for n in sizes]
+        scratch = max((s.scratch.size for s in program.steps if s.scratch is not None), default=0)
+        self.scratch = P.aligned_bytes(max(scratch, 64))
+        stream = ffi.new("dnnl_stream_t *")
+        lib.check(c.dnnl_stream_create(stream, lib.engine, E.STREAM_IN_ORDER), "dnnl_stream_create")
+        self.stream = ffi.gc(stream[0], c.dnnl_stream_destroy)
+        self._keep: list[Any] = []
+        n_in = max((b.index for b in program.bufs if b.kind == "input"), default=-1) + 1
+        self.in_binds: list[list[Any]] = [[] for _ in range(n_in)]
+        self.out_binds: list[list[Any]] = [[] for _ in program.output_shapes]
+        handles: dict[int, Any] = {}
+        for mem in program.mems:
+            buf = mem.buf
+            if buf.kind == "const":
+                ptr = ffi.cast("void *", buf.array.ctypes.data)
+            elif buf.kind == "internal":
+                ptr = ffi.cast("void *", self.slots[slot_of[id(buf)]].ctypes.data) if id(buf) in slot_of \
+                    else ffi.NULL
+            else:
+                ptr = ffi.NULL
+            out = ffi.new("dnnl_memory_t *")
+            lib.check(c.dnnl_memory_create(out, mem.md.ptr, lib.engine, ptr), "dnnl_memory_create")
+            handle = ffi.gc(out[0], c.dnnl_memory_destroy)
+            handles[id(mem)] = handle
+            if buf.kind == "input":
+                self.in_binds[buf.index].append(handle)
+            elif buf.kind == "output":
+                self.out_binds[buf.index].append(handle)
+        scratch_ptr = ffi.cast("void *", self.scratch.ctypes.data)
+        self.calls: list[tuple[Any, int, Any]] = []
+        for step in program.steps:
+            pairs = [(arg, handles[id(mem)]) for arg, mem in step.args]
+            if step.scratch is not None:
+                out = ffi.new("dnnl_memory_t *")
+                lib.check(c.dnnl_memory_create(out, step.scratch.ptr, lib.engine, scratch_ptr), "dnnl_memory_create")
+                handle = ffi.gc(out[0], c.dnnl_memory_destroy)
+                self._keep.append(handle)
+                pairs.append((E.ARG_SCRATCHPAD, handle))
+            self.calls.append((step.prim, len(pairs), ffi.new("dnnl_exec_arg_t[]", pairs)))
+        self.handles = handles
+        self.labels = [s.label for s in program.steps]
+
+    def run(self, xs: list[np.ndarray], out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+        ffi, c = self.lib.ffi, self.lib.lib
+        cast, set_handle = ffi.cast, c.dnnl_memory_set_data_handle
+        for x, mems in zip(xs, self.in_binds):
+            if mems:
+                ptr = cast("void *", x.ctypes.data)
+                for m in mems:
+                    set_handle(m, ptr)
+        outs = []
+        for shape, mems in zip(out_shapes, self.out_binds):
+            arr = np.empty(shape, np.float32)
+            ptr = cast("void *", arr.ctypes.data)
+            for m in mems:
+                set_handle(m, ptr)
+            outs.append(arr)
+        execute, stream = c.dnnl_primitive_execute, self.stream
+        for k, (prim, n, args) in enumerate(self.calls):
+            status = execute(prim, stream, n, args)
+            if status:
+                self.lib.check(status, f"dnnl_primitive_execute({self.labels[k]})")
+        status = c.dnnl_stream_wait(stream)
+        if status:
+            self.lib.check(status, "dnnl_stream_wait")
+        return outs
+
+
+class Compiled:
+    """A program for one signature and the pool of its per-call instances."""
+
+    def __init__(self, lib: Library, program: Program) -> None:
+        self.lib, self.program = lib, program
+        self.slot_of, self.sizes = plan_slots(program)
+        self.out_shapes = list(program.output_shapes)
+        self._free: list[Instance] = []
+        self._lock = threading.Lock()
+        self.created = 0
+
+    def run(self, xs: list[np.ndarray]) -> list[np.ndarray]:
+        with self._lock:
+            inst = self._free.pop() if self._free else None
+            if inst is None:
+                self.created += 1
+        if inst is None:
+            inst = Instance(self.lib, self.program, self.slot_of, self.sizes)
+        try:
+            return inst.run(xs, self.out_shapes)
+        finally:
+            with self._lock:
+                self._free.append(inst)
+
+
+class Kernel:
+    """``kernel(*inputs)`` -> one float32 array per subgraph output, computed by oneDNN primitives
+    built for the inputs' shapes on first sight of each shape signature.
+
+    ``defaults`` are initializers a feed may override (models that list their weights as graph
+    inputs): while a call passes the initializer itself (the very array object), it is treated as a
+    constant (weights reordered once, BatchNormalization folded); a fed replacement selects a
+    program that reads it at run time.
+    """
+
+    def __init__(self, lib: Library, spec: Spec, options: Options, name: str = "",
+                 defaults: dict[str, np.ndarray] | None = None) -> None:
+        self.lib, self.spec, self.options, self.name = lib, spec, options, name
+        self.fpmath = E.FPMATH_BF16 if options.precision == "bf16" else E.FPMATH_STRICT
+        defaults = defaults or {}
+        self.guards = [(k, n, defaults[n]) for k, n in enumerate(spec.inputs)
+                       if n in defaults and n not in spec.constants]
+        self.n_inputs = len(spec.inputs)
+        self.variants: dict[tuple, tuple[Spec, list[int]]] = {}
+        self.programs: dict[tuple, Compiled] = {}
+        self._lock = threading.Lock()
+
+    def variant(self, overridden: tuple) -> tuple[Spec, list[int]]:
+        """The spec (defaults still in place count as constants) and the positions fed at run time."""
+        found = self.variants.get(overridden)
+        if found is None:
+            constants = dict(self.spec.constants)
+            for (_, name, arr), over in zip(self.guards, overridden):
+                if not over:
+                    constants[name] = arr
+            spec = Spec(self.spec.nodes, self.spec.inputs, self.spec.outputs, constants, self.spec.opset)
+            found = (spec, [k for k, n in enumerate(spec.inputs) if n not in constants])
+            self.variants[overridden] = found
+        return found
+
+    def compiled(self, key: tuple, spec: Spec, feeds: list[int], shapes: tuple) -> Compiled:
+        prog = self.programs.get(key)
+        if prog is not None:
+            return prog
+        with self._lock:
+            prog = self.programs.get(key)
+            if prog is None:
+                self.lib.set_num_threads(self.options.num_threads)
+                named = {spec.inputs[k]: s for k, s in zip(feeds, shapes)}
+                program = Builder(self.lib, spec, named, fpmath=self.fpmath).build()
+                prog = Compiled(self.lib, program)
+                self.programs[key] = prog
+        return prog
+
+    def __call__(self, *xs: Any) -> list[np.ndarray]:
+        if len(xs) != self.n_inputs:
+            raise ValueError(f"{self.name}: expected {self.n_inputs} inputs {self.spec.inputs}, got {len(xs)}")
+        overridden = tuple(xs[k] is not arr for k, _, arr in self.guards)
+        spec, positions = self.variant(overridden)
+        feeds = []
+        for k in positions:
+            x = xs[k]
+            if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not x.flags.c_contiguous:
+                x = np.ascontiguousarray(x, dtype=np.float32)
+            feeds.append(x)
+        shapes = tuple(x.shape for x in feeds)
+        prog = self.compiled((overridden, shapes), spec, positions, shapes)
+        if self.options.num_threads:
+            self.lib.set_num_threads(self.options.num_threads)
+        return prog.run(feeds)
+
+
+def make_kernel(lib: Library, spec: Spec, options: Options, name: str = "",
+                defaults: dict[str, np.ndarray] | None = None) -> Kernel:
+    return Kernel(lib, spec, options, name, defaults)

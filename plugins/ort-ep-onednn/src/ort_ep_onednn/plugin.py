@@ -1,0 +1,102 @@
+"""Hook implementations of DnnlExecutionProvider: the module the entry point names.
+
+Thin answers built from ``library``, ``options``, ``capability`` and ``kernel``; values stay in host
+memory (oneDNN's CPU engine computes there).
+"""
+
+from __future__ import annotations
+
+from ort_core.memory import HOST, HostAllocator, HostDataTransfer
+from ort_core.plugins import Capability, ProviderInfo, hookimpl
+
+from . import __version__
+from . import enums as E
+from . import library as L
+from .capability import Context, constant_node_values, unsupported_reason
+from .kernel import make_kernel
+from .lowering import Spec
+from .options import Options, parse
+
+NAME = "DnnlExecutionProvider"
+ALLOCATOR = HostAllocator()
+TRANSFER = HostDataTransfer()
+
+
+@hookimpl
+def ort_register_providers():
+    reason = L.unavailable_reason()  # never raises: a missing library is an answer, not an error
+    description = "oneDNN (not loaded) through its C API (cffi)"
+    if not reason:
+        lib = L.library()
+        description = (f"oneDNN {lib.version} ({lib.isa_name()}) through its C API (cffi): fused float32 "
+                       "subgraphs as primitives in blocked layouts")
+    return [ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
+                         version=__version__)]
+
+
+def precision_reason(lib: L.Library, opts: Options) -> str:
+    """Why the requested precision cannot be honoured on this CPU, or ""."""
+    if opts.precision == "bf16" and not lib.has_bf16:
+        return (f"precision=bf16 needs a CPU with AVX512-BF16 or AMX; oneDNN reports {lib.isa_name()} "
+                "(use precision=fp32)")
+    return ""
+
+
+def fpmath_of(opts: Options) -> int:
+    return E.FPMATH_BF16 if opts.precision == "bf16" else E.FPMATH_STRICT
+
+
+@hookimpl
+def ort_get_capability(provider, graph, options):
+    opts = parse(options)
+    nodes = graph.nodes()
+    lib = L.library()
+    problem = precision_reason(lib, opts)
+    if problem:
+        return Capability((), {n.id: problem for n in nodes}, fuse=True)
+    ctx = Context(graph.graph, graph.opset(""), graph.constant)
+    claimed, declined = [], {}
+    for node in nodes:
+        why = unsupported_reason(lib, node, ctx, fpmath_of(opts))
+        if why is None:
+            claimed.append(node.id)
+        else:
+            declined[node.id] = why
+    return Capability(tuple(claimed), declined, fuse=True)
+
+
+@hookimpl
+def ort_compile(provider, subgraph, options):
+    opts = parse(options)
+    lib = L.library()
+    problem = precision_reason(lib, opts)
+    if problem:
+        raise RuntimeError(problem)
+    opset = subgraph.opsets.get("", subgraph.opsets.get("ai.onnx", 0))
+    ctx = Context(subgraph.graph, opset, subgraph.constants.get)
+    for node in subgraph.nodes:  # the same rules as capability (cached), so the two never disagree
+        why = unsupported_reason(lib, node, ctx, fpmath_of(opts))
+        if why is not None:
+            raise ValueError(f"{node.label}: {why}")
+    constants = dict(subgraph.constants)
+    node_values = constant_node_values(subgraph.graph)
+    for name in subgraph.inputs:
+        if name not in constants and name in node_values:
+            constants[name] = node_values[name]
+    spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset)
+    # initializers that are also graph inputs: constant while the session passes them unchanged
+    inits = subgraph.graph.initializers
+    defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}
+    return make_kernel(lib, spec, opts, subgraph.name, defaults)
+
+
+@hookimpl
+def ort_allocator(provider, device):
+    if device != HOST:
+        raise ValueError(f"{NAME} keeps its values in host memory ({HOST}), not {device}")
+    return ALLOCATOR
+
+
+@hookimpl
+def ort_data_transfer(provider):
+    return TRANSFER
