@@ -27,6 +27,7 @@ CONFORMANCE = "conformance"
 BROKEN = "conformance/fixtures/ort-ep-broken"
 PLUGINS = sorted(os.path.dirname(p) for p in glob.glob("plugins/*/pyproject.toml"))
 OPENVINO = "plugins/ort-ep-openvino"
+ONEDNN = "plugins/ort-ep-onednn"
 REPORTS = "reports"
 WHEELHOUSE = "wheelhouse"
 
@@ -118,14 +119,12 @@ def bench(session: nox.Session) -> None:
     with the targets met or missed; the tables are printed and written as Markdown to
     bench/results.md (`-- --markdown PATH`). onnxruntime is installed here only, as the yardstick; it
     is never a runtime dependency. The OpenVINO provider (with its openvino wheel) is installed too,
-    and the oneDNN provider where plugins/ort-ep-onednn exists; each is measured at both precisions
+    and the oneDNN provider (with onednn-cpu-gomp); each is measured at both precisions
     when available. After `--`: model names or paths (default: the light conv models, a seeded
     ResNet-18, the demo CNN, BERT, GPT-2, an LSTM and a chain of 1,000 Adds) and options such as
     `--quick`, `--runs N`, `--no-openvino`, `--no-onednn` (see bench/bench_latency.py).
     """
-    onednn = "plugins/ort-ep-onednn"
-    extra = [f"./{onednn}"] if os.path.isfile(os.path.join(onednn, "pyproject.toml")) else []
-    session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", *extra)  # "./": folders, not index names
+    session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", f"./{ONEDNN}")  # "./": folders, not index names
     session.run("python", "bench/bench_latency.py", *session.posargs)
 
 
