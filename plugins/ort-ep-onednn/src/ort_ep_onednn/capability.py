@@ -154,7 +154,7 @@ class Probes:
         self._verdicts: dict[str, str | None] = {}
         self._lock = threading.Lock()
 
-    def verdict(self, lib: Library, node: Any, ctx: Context, fpmath: int) -> str | None:
+    def verdict(self, lib: Library, node: Any, ctx: Context, bf16: bool) -> str | None:
         names = [n for n in node.inputs if n]
         shapes = {}
         consts = {}
@@ -167,13 +167,13 @@ class Probes:
             if s is None:
                 return None  # shapes known only at run time: the rules decide
             shapes[name] = s
-        key = _key(node, shapes, consts, ctx.opset, fpmath)
+        key = _key(node, shapes, consts, ctx.opset, bf16)
         with self._lock:
             if key in self._verdicts:
                 return self._verdicts[key]
         spec = Spec([node], list(dict.fromkeys(names)), [node.outputs[0]], consts, ctx.opset)
         try:
-            Builder(lib, spec, shapes, fpmath=fpmath, probe=True).build()
+            Builder(lib, spec, shapes, bf16=bf16, probe=True).build()
             why = None
         except Unsupported as e:
             why = str(e)
@@ -184,9 +184,9 @@ class Probes:
         return why
 
 
-def _key(node: Any, shapes, consts, opset: int, fpmath: int) -> str:
+def _key(node: Any, shapes, consts, opset: int, bf16: bool) -> str:
     h = hashlib.sha1()
-    h.update(f"{node.op_type}|{opset}|{fpmath}|{sorted((k, repr(v)) for k, v in node.attrs.items())}".encode())
+    h.update(f"{node.op_type}|{opset}|{bf16}|{sorted((k, repr(v)) for k, v in node.attrs.items())}".encode())
     for k, name in enumerate(node.inputs):
         h.update(f"|{k}:{shapes.get(name)}".encode())
         c = consts.get(name)
@@ -200,5 +200,5 @@ def _key(node: Any, shapes, consts, opset: int, fpmath: int) -> str:
 PROBES = Probes()
 
 
-def unsupported_reason(lib: Library, node: Any, ctx: Context, fpmath: int) -> str | None:
-    return rule_reason(node, ctx) or PROBES.verdict(lib, node, ctx, fpmath)
+def unsupported_reason(lib: Library, node: Any, ctx: Context, bf16: bool = False) -> str | None:
+    return rule_reason(node, ctx) or PROBES.verdict(lib, node, ctx, bf16)

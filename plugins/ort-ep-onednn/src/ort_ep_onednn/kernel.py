@@ -174,7 +174,7 @@ class Kernel:
     def __init__(self, lib: Library, spec: Spec, options: Options, name: str = "",
                  defaults: dict[str, np.ndarray] | None = None) -> None:
         self.lib, self.spec, self.options, self.name = lib, spec, options, name
-        self.fpmath = E.FPMATH_BF16 if options.precision == "bf16" else E.FPMATH_STRICT
+        self.bf16 = options.precision == "bf16"
         defaults = defaults or {}
         self.guards = [(k, n, defaults[n]) for k, n in enumerate(spec.inputs)
                        if n in defaults and n not in spec.constants]
@@ -205,7 +205,7 @@ class Kernel:
             if prog is None:
                 self.lib.set_num_threads(self.options.num_threads)
                 named = {spec.inputs[k]: s for k, s in zip(feeds, shapes)}
-                program = Builder(self.lib, spec, named, fpmath=self.fpmath).build()
+                program = Builder(self.lib, spec, named, bf16=self.bf16).build()
                 prog = Compiled(self.lib, program)
                 self.programs[key] = prog
         return prog

@@ -9,7 +9,6 @@ running a program (buffers, memory objects per concurrent call) is ``kernel``'s 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -17,82 +16,9 @@ import numpy as np
 from . import enums as E
 from . import primitives as P
 from .library import DnnlError, Library
-
-
-class Unsupported(ValueError):
-    """The node, with these shapes, is not something this provider lowers (a decline reason)."""
-
-
-class _RefOnly(Exception):
-    """oneDNN offers only its (slow) reference implementation for a fusion: build it unfused."""
-
-
-@dataclass(eq=False)
-class Buf:
-    """A storage area: a feed (``input`` k), a result (``output`` k), a per-call scratch area
-    (``internal``) or read-only data shared by every call (``const``, in ``array``)."""
-
-    kind: str
-    nbytes: int
-    index: int = -1
-    array: np.ndarray | None = None
-    values: list[str] = field(default_factory=list)
-
-
-@dataclass(eq=False)
-class Mem:
-    """A view of a Buf through a memory descriptor (one dnnl_memory_t per concurrent call)."""
-
-    md: P.Md
-    buf: Buf
-
-
-@dataclass(eq=False)
-class Step:
-    """One primitive execution: its arguments (DNNL_ARG_* -> Mem) and scratchpad layout."""
-
-    prim: Any
-    args: list[tuple[int, Mem]]
-    scratch: P.Md | None
-    label: str
-    impl: str = ""
-
-
-@dataclass(eq=False)
-class Val:
-    """A value during lowering: its shape and where/how it is stored; ``views`` caches reorders."""
-
-    shape: tuple[int, ...]
-    mem: Mem
-    views: list[Mem] = field(default_factory=list)
-
-
-@dataclass
-class Spec:
-    """What lowering needs of a subgraph: nodes in order, input/output names, constant values, opset."""
-
-    nodes: list[Any]
-    inputs: list[str]
-    outputs: list[str]
-    constants: dict[str, np.ndarray]
-    opset: int
-
-
-@dataclass
-class Program:
-    """The lowered subgraph for one signature: steps in order and every Buf and Mem they use."""
-
-    steps: list[Step]
-    bufs: list[Buf]
-    mems: list[Mem]
-    output_shapes: list[tuple[int, ...]]
-    fused: dict[str, int]
-
-
-def dims_of(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """oneDNN has no 0-d descriptors: a scalar is held as one element."""
-    return shape if shape else (1,)
-
+from .lowering_conv import ConvOps, conv_geometry, fold_batch_norm  # noqa: F401 (re-exported)
+from .lowering_matmul import MatmulOps
+from .program import Buf, Mem, Program, RefOnly, Spec, Step, Unsupported, Val, dims_of, impl_name  # noqa: F401
 
 ELTWISE_OPS = ("Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "Gelu", "Abs", "Sqrt", "Exp", "Clip",
                "Neg", "HardSwish", "Pow")
@@ -175,42 +101,20 @@ def clip_bounds(node: Any, constant) -> tuple[float, float]:
     return float(lo), float(hi)
 
 
-def conv_geometry(x_spatial, kernel, strides, dilations, pads, auto_pad: str):
-    """(pad_l, pad_r, out_spatial) of an ONNX Conv/Pool along each spatial axis (floor rounding)."""
-    n = len(x_spatial)
-    if isinstance(auto_pad, bytes):
-        auto_pad = auto_pad.decode()
-    pl, pr, out = [], [], []
-    for i in range(n):
-        k_eff = (kernel[i] - 1) * dilations[i] + 1
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = -(-x_spatial[i] // strides[i])
-            total = max((o - 1) * strides[i] + k_eff - x_spatial[i], 0)
-            small = total // 2
-            lo, hi = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
-        elif auto_pad == "VALID":
-            lo = hi = 0
-        else:
-            lo, hi = pads[i], pads[i + n]
-        o = (x_spatial[i] + lo + hi - k_eff) // strides[i] + 1
-        pl.append(lo)
-        pr.append(hi)
-        out.append(o)
-    return pl, pr, out
 
-
-class Builder:
+class Builder(ConvOps, MatmulOps):
     """Lowers a Spec for given input shapes. ``probe``: create primitive descriptors only (no
     primitives, no build-time reorders), to learn whether oneDNN implements the nodes."""
 
-    def __init__(self, lib: Library, spec: Spec, shapes: dict[str, tuple[int, ...]], *, fpmath: int = E.FPMATH_STRICT,
+    def __init__(self, lib: Library, spec: Spec, shapes: dict[str, tuple[int, ...]], *, bf16: bool = False,
                  probe: bool = False) -> None:
-        self.lib, self.spec, self.fpmath, self.probe = lib, spec, fpmath, probe
+        self.lib, self.spec, self.bf16, self.probe = lib, spec, bf16, probe
         self.vals: dict[str, Val] = {}
         self.steps: list[Step] = []
         self.bufs: list[Buf] = []
         self.mems: list[Mem] = []
         self.fused: dict[str, int] = {}
+        self.bf16_copies: list[tuple[Mem, Mem]] = []  # float32 view -> its bf16 copy (matmul operands)
         self.producer = {o: n for n in spec.nodes for o in n.outputs if o}
         self.done: set[int] = set()
         self.pending: dict[str, int] = {}
@@ -316,8 +220,8 @@ class Builder:
         buf = self._buf("const", data.nbytes, array=data)
         return Val(shape, self._mem(P.plain_md(self.lib, dims_of(shape)), buf))
 
-    def _attr(self, post_ops: P.PostOps | None = None, fpmath: bool = False) -> P.Attr:
-        return P.Attr(self.lib, post_ops, self.fpmath if fpmath else E.FPMATH_STRICT)
+    def _attr(self, post_ops: P.PostOps | None = None) -> P.Attr:
+        return P.Attr(self.lib, post_ops)
 
     def _step(self, pd: P.Pd, args: list[tuple[int, Mem]], label: str) -> None:
         prim = None if self.probe else pd.primitive()
@@ -347,6 +251,28 @@ class Builder:
         self._reorder_into(val.mem, dst, label)
         val.views.append(dst)
         return dst
+
+    def _native(self, x: Val, make, label: str) -> tuple[P.Pd, Mem]:
+        """``make(src, dt)``'s primitive descriptor for ``x`` as it is stored (destination of the same data
+        type), and the source it reads. A bf16 value (precision=bf16) that oneDNN would handle only with
+        its reference kernel is read as plain float32 instead."""
+        dt = x.mem.md.data_type()
+        if dt != E.DT_F32:
+            try:
+                pd = make(x.mem, dt)
+                if not impl_name(pd).startswith("ref"):
+                    return pd, x.mem
+            except DnnlError:
+                pass
+            src = self.plain(x, label)
+            return make(src, E.DT_F32), src
+        return make(x.mem, dt), x.mem
+
+    def _f32(self, val: Val, label: str) -> Val:
+        """``val`` itself when it is float32, else its plain float32 copy (made once)."""
+        if val.mem.md.data_type() == E.DT_F32:
+            return val
+        return Val(val.shape, self.plain(val, label))
 
     def plain(self, val: Val, label: str = "") -> Mem:
         return self.as_md(val, P.plain_md(self.lib, dims_of(val.shape)), label)
@@ -435,153 +361,6 @@ class Builder:
 
     # ------------------------------------------------------------------ ops
 
-    def _op_Conv(self, node: Any) -> None:
-        x = self.get(node.inputs[0])
-        w_name = node.inputs[1]
-        b_name = node.inputs[2] if len(node.inputs) > 2 else ""
-        w_arr = self.constant(w_name)
-        w_shape = tuple(w_arr.shape) if w_arr is not None else self.get(w_name).shape
-        b_arr = self.constant(b_name) if b_name else None
-        if len(x.shape) < 3 or len(x.shape) > 5 or len(w_shape) != len(x.shape):
-            raise Unsupported(f"Conv on rank {len(x.shape)} input")
-        group = int(node.attr("group", 1))
-        n_sp = len(x.shape) - 2
-        kernel = list(node.attr("kernel_shape", w_shape[2:]))
-        strides = list(node.attr("strides", [1] * n_sp))
-        dil = list(node.attr("dilations", [1] * n_sp))
-        pads = list(node.attr("pads", [0] * (2 * n_sp)))
-        if list(kernel) != list(w_shape[2:]):
-            raise Unsupported("Conv kernel_shape differs from the weights' shape")
-        pl, pr, out_sp = conv_geometry(x.shape[2:], kernel, strides, dil, pads, node.attr("auto_pad", "NOTSET"))
-        if min(out_sp) <= 0 or 0 in x.shape:
-            raise Unsupported("Conv with an empty input or output")
-        M, Cg = w_shape[0], w_shape[1]
-        if x.shape[1] != Cg * group or M % group:
-            raise Unsupported("Conv channels do not match its weights and groups")
-        y_shape = (x.shape[0], M, *out_sp)
-
-        chain = self._conv_chain(node, w_arr is not None and (not b_name or b_arr is not None), y_shape)
-        while True:
-            try:
-                pd, post, args, dst, cur = self._conv_with(node, chain, x, w_arr, w_shape, b_name, b_arr, group,
-                                                           kernel, strides, dil, pl, pr, y_shape)
-                break
-            except (DnnlError, _RefOnly):
-                cut = [i for i, (kind, _, _) in enumerate(chain) if kind == "add"]
-                if not cut:
-                    raise
-                chain = chain[:cut[0]]  # without the residual Add (and what follows it)
-        for _, nxt, _ in chain:
-            self.done.add(nxt.id)
-            for name in nxt.inputs:
-                if name:
-                    self.pending[name] -= 1
-            self.fused[nxt.op_type] = self.fused.get(nxt.op_type, 0) + 1
-        self._step(pd, args, node.label)
-        self._set(cur, Val(y_shape, dst))
-
-    def _conv_chain(self, node: Any, const_params: bool, y_shape) -> list[tuple[str, Any, Any]]:
-        """The nodes after a Conv that fold into it: ('bn', node, constants) for an inference
-        BatchNormalization (constant weights only), ('act', node, (alg, alpha, beta)) for activations,
-        ('add', node, other value name) for one residual Add of the output's shape."""
-        chain: list[tuple[str, Any, Any]] = []
-        cur = node.outputs[0]
-        seen_add = False
-        while True:
-            nxt = self._sole_consumer(cur)
-            if nxt is None:
-                break
-            if nxt.op_type == "BatchNormalization" and not chain and const_params and nxt.inputs[0] == cur:
-                bn = self._bn_constants(nxt)
-                if bn is None:
-                    break
-                chain.append(("bn", nxt, bn))
-            elif (act := self._activation(nxt)) is not None and nxt.inputs[0] == cur:
-                chain.append(("act", nxt, act))
-            elif not seen_add and (other := self._same_shape_other(nxt, cur, y_shape)) is not None:
-                chain.append(("add", nxt, other))
-                seen_add = True
-            else:
-                break
-            cur = nxt.outputs[0]
-        return chain
-
-    def _conv_with(self, node, chain, x, w_arr, w_shape, b_name, b_arr, group, kernel, strides, dil, pl, pr,
-                   y_shape):
-        """Primitive descriptor and arguments of a Conv with ``chain`` fused into it."""
-        lib = self.lib
-        M, Cg = w_shape[0], w_shape[1]
-        post = P.PostOps()
-        res_val, in_place = None, False
-        cur = node.outputs[0]
-        for kind, nxt, payload in chain:
-            if kind == "bn":
-                w_arr, b_arr = fold_batch_norm(w_arr, b_arr, *payload, M)
-            elif kind == "act":
-                post.eltwise(*payload)
-            else:
-                res_val = self.get(payload)
-                in_place = self._can_overwrite(res_val, nxt)
-                post.sum()  # onto the residual itself, or onto a copy of it when it is read later
-            cur = nxt.outputs[0]
-        w_dims = (group, M // group, Cg, *kernel) if group > 1 else tuple(w_shape)
-        if w_arr is not None:
-            w_val = self._const_val(np.ascontiguousarray(w_arr, np.float32).reshape(w_dims))
-        else:
-            wv = self.get(node.inputs[1])
-            w_val = Val(w_dims, self.alias(self.plain(wv, "Conv weights"), w_dims))
-        bias = None
-        if b_arr is not None:
-            bias = self._const_val(np.ascontiguousarray(b_arr, np.float32).reshape(M))
-        elif b_name:
-            bias = self.get(b_name)
-        dst_md = res_val.mem.md if in_place else P.any_md(lib, y_shape)
-        pd = P.convolution(lib, P.any_md(lib, x.shape), P.any_md(lib, w_dims),
-                           None if bias is None else P.plain_md(lib, (M,)), dst_md, strides, [d - 1 for d in dil],
-                           pl, pr, self._attr(post, fpmath=True))
-        if res_val is not None and impl_name(pd).startswith("ref"):
-            raise _RefOnly()
-        src = self.as_md(x, pd.md(E.QUERY_SRC_MD, 0, x.shape), "Conv input")
-        wts = self.as_md(w_val, pd.md(E.QUERY_WEIGHTS_MD, 0, w_dims), "Conv weights")
-        dst = res_val.mem if in_place else self._new(pd.md(E.QUERY_DST_MD, 0, y_shape))
-        if res_val is not None and not in_place:
-            self._reorder_into(res_val.mem, dst, "residual copied into the Conv output")
-        args = [(E.ARG_SRC, src), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst)]
-        if bias is not None:
-            args.append((E.ARG_BIAS, self.plain(bias, "Conv bias")))
-        return pd, post, args, dst, cur
-
-    def _bn_constants(self, node: Any):
-        """(scale, shift, mean, var, epsilon) of an inference BatchNormalization with constant
-        float32 parameters, else None."""
-        if len(node.inputs) != 5 or any(o for o in node.outputs[1:]) or node.attr("training_mode", 0):
-            return None
-        if node.attr("spatial", 1) != 1:
-            return None
-        vals = [self.constant(n) for n in node.inputs[1:5]]
-        if any(v is None or v.dtype != np.float32 or v.ndim != 1 for v in vals):
-            return None
-        return (*vals, float(node.attr("epsilon", 1e-5)))
-
-    def _op_BatchNormalization(self, node: Any) -> None:
-        x = self.get(node.inputs[0])
-        if len(x.shape) < 2 or node.attr("training_mode", 0) or any(o for o in node.outputs[1:]):
-            raise Unsupported("BatchNormalization in training mode or on rank < 2")
-        if node.attr("spatial", 1) != 1:
-            raise Unsupported("BatchNormalization spatial=0")
-        params = [self.get(n) for n in node.inputs[1:5]]
-        C = x.shape[1]
-        if any(p.shape != (C,) for p in params):
-            raise Unsupported("BatchNormalization parameters are not of shape (C,)")
-        flags = E.USE_GLOBAL_STATS | E.USE_SCALE | E.USE_SHIFT
-        pd = P.batch_norm(self.lib, x.mem.md, P.any_md(self.lib, x.shape), float(node.attr("epsilon", 1e-5)), flags,
-                          self._attr())
-        dst = self._new(pd.md(E.QUERY_DST_MD, 0, x.shape))
-        scale, shift, mean, var = (self.plain(p, "BatchNormalization parameter") for p in params)
-        self._step(pd, [(E.ARG_SRC, x.mem), (E.ARG_DST, dst), (E.ARG_MEAN, mean), (E.ARG_VARIANCE, var),
-                        (E.ARG_SCALE, scale), (E.ARG_SHIFT, shift)], node.label)
-        self._set(node.outputs[0], Val(x.shape, dst))
-
     def _op_eltwise(self, node: Any) -> None:
         alg, alpha, beta = eltwise_of(node, self.constant)
         x = self.get(node.inputs[0])
@@ -598,9 +377,10 @@ class Builder:
 
     def _eltwise_step(self, x: Val, alg: int, alpha: float, beta: float, label: str) -> Val:
         dims = dims_of(x.shape)
-        pd = P.eltwise(self.lib, alg, x.mem.md, P.any_md(self.lib, dims), alpha, beta, self._attr())
+        pd, src = self._native(x, lambda s, dt: P.eltwise(self.lib, alg, s.md, P.any_md(self.lib, dims, dt), alpha,
+                                                          beta, self._attr()), label)
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, dims))
-        self._step(pd, [(E.ARG_SRC, x.mem), (E.ARG_DST, dst)], label)
+        self._step(pd, [(E.ARG_SRC, src), (E.ARG_DST, dst)], label)
         return Val(x.shape, dst)
 
     def _broadcast_view(self, val: Val, shape: tuple[int, ...], label: str) -> Mem:
@@ -638,7 +418,23 @@ class Builder:
         src0 = self._broadcast_view(a, shape, label) if full else self._expand(a, shape, label)
         src1 = self._broadcast_view(b, shape, label)
         dims = dims_of(shape)
-        pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims), self._attr())
+        dt0, dt1 = src0.md.data_type(), src1.md.data_type()
+        if dt0 != E.DT_F32 or dt1 != E.DT_F32:
+            # bf16 operands (precision=bf16): natively only for a bf16 src0 with src1 in the very same layout
+            # or broadcast from a plain bf16 copy (oneDNN 3.2's jit binary misreads a src1 of another data
+            # type and layout); everything else is computed in plain float32
+            pd = None
+            if dt0 == E.DT_BF16 and (src1.md == src0.md or src1.md.dims != src0.md.dims):
+                if src1.md != src0.md:
+                    src1 = self._bf16_copy(src1, src1.md.dims, label)
+                try:
+                    pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims, dt0), self._attr())
+                except DnnlError:
+                    pd = None
+            if pd is None or impl_name(pd).startswith("ref"):
+                return self._binary(alg, self._f32(a, label), self._f32(b, label), label)
+        else:
+            pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims), self._attr())
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, dims))
         self._step(pd, [(E.ARG_SRC, src0), (E.ARG_SRC_1, src1), (E.ARG_DST, dst)], label)
         return Val(shape, dst)
@@ -657,196 +453,6 @@ class Builder:
         self._set(node.outputs[0], acc)
 
     _op_Add = _op_Sub = _op_Mul = _op_Div = _op_Max = _op_Min = _op_Sum = _op_binary
-
-    def _pool(self, node: Any, alg: int, kernel, strides, dil, pads, auto_pad, ceil: bool) -> None:
-        x = self.get(node.inputs[0])
-        if len(x.shape) < 3 or len(x.shape) > 5:
-            raise Unsupported(f"pooling on rank {len(x.shape)}")
-        sp = x.shape[2:]
-        pl, pr, out_sp = conv_geometry(sp, kernel, strides, dil, pads, auto_pad)
-        if ceil:
-            out_sp = []
-            for i in range(len(sp)):
-                k_eff = (kernel[i] - 1) * dil[i] + 1
-                o = -(-(sp[i] + pl[i] + pr[i] - k_eff) // strides[i]) + 1
-                if (o - 1) * strides[i] >= sp[i] + pl[i]:
-                    o -= 1
-                extra = (o - 1) * strides[i] + k_eff - (sp[i] + pl[i] + pr[i])
-                if extra > 0:
-                    if alg == E.POOLING_AVG_INCLUDE_PADDING:
-                        raise Unsupported("ceil_mode with count_include_pad=1 past the padded input")
-                    pr[i] += extra
-                out_sp.append(o)
-        if min(out_sp) <= 0 or 0 in x.shape:
-            raise Unsupported("pooling with an empty input or output")
-        y_shape = (*x.shape[:2], *out_sp)
-        pd = P.pooling(self.lib, alg, x.mem.md, P.any_md(self.lib, y_shape), strides, kernel, [d - 1 for d in dil],
-                       pl, pr, self._attr())
-        dst = self._new(pd.md(E.QUERY_DST_MD, 0, y_shape))
-        self._step(pd, [(E.ARG_SRC, x.mem), (E.ARG_DST, dst)], node.label)
-        self._set(node.outputs[0], Val(y_shape, dst))
-
-    def _pool_attrs(self, node: Any, n: int):
-        kernel = list(node.attr("kernel_shape"))
-        return (kernel, list(node.attr("strides", [1] * n)), list(node.attr("dilations", [1] * n)),
-                list(node.attr("pads", [0] * (2 * n))), node.attr("auto_pad", "NOTSET"),
-                bool(node.attr("ceil_mode", 0)))
-
-    def _op_MaxPool(self, node: Any) -> None:
-        if len(node.outputs) > 1 and node.outputs[1]:
-            raise Unsupported("MaxPool with Indices output")
-        n = len(self.get(node.inputs[0]).shape) - 2
-        self._pool(node, E.POOLING_MAX, *self._pool_attrs(node, n))
-
-    def _op_AveragePool(self, node: Any) -> None:
-        n = len(self.get(node.inputs[0]).shape) - 2
-        alg = E.POOLING_AVG_INCLUDE_PADDING if node.attr("count_include_pad", 0) else E.POOLING_AVG_EXCLUDE_PADDING
-        self._pool(node, alg, *self._pool_attrs(node, n))
-
-    def _global_pool(self, node: Any, alg: int) -> None:
-        x = self.get(node.inputs[0])
-        n = len(x.shape) - 2
-        self._pool(node, alg, list(x.shape[2:]), [1] * n, [1] * n, [0] * (2 * n), "NOTSET", False)
-
-    def _op_GlobalAveragePool(self, node: Any) -> None:
-        self._global_pool(node, E.POOLING_AVG_EXCLUDE_PADDING)
-
-    def _op_GlobalMaxPool(self, node: Any) -> None:
-        self._global_pool(node, E.POOLING_MAX)
-
-    def _matmul(self, a: Val, b: Val, a_mem: Mem, a_dims, b_mem_or_val, b_dims, out_dims, post: P.PostOps,
-                bias: Val | None, bias_dims, label: str, extra_args=()) -> Mem:
-        lib = self.lib
-        const_b = isinstance(b_mem_or_val, Val)
-        w_md = P.any_md(lib, b_dims) if const_b else b_mem_or_val.md
-        pd = P.matmul(lib, a_mem.md, w_md, None if bias is None else P.plain_md(lib, bias_dims),
-                      P.plain_md(lib, out_dims), self._attr(post, fpmath=True))
-        if const_b:
-            wts = self.as_md(b_mem_or_val, pd.md(E.QUERY_WEIGHTS_MD, 0, b_dims), "MatMul weights")
-        else:
-            wts = b_mem_or_val
-        dst = self._new(P.plain_md(lib, out_dims))
-        args = [(E.ARG_SRC, a_mem), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst), *extra_args]
-        if bias is not None:
-            args.append((E.ARG_BIAS, self.alias(self.plain(bias, "bias"), bias_dims)))
-        self._step(pd, args, label)
-        return dst
-
-    def _matmul_epilogue(self, node: Any, out_shape: tuple[int, ...], allow_bias: bool):
-        """Fuse what follows a MatMul/Gemm: an Add of a constant bias over the last axis (as matmul
-        bias) then activations. Returns (post-ops, bias Val or None, name of the last fused value)."""
-        post = P.PostOps()
-        bias = None
-        cur = node.outputs[0]
-        while True:
-            nxt = self._sole_consumer(cur)
-            if nxt is None:
-                break
-            if (allow_bias and bias is None and not len(post) and nxt.op_type == "Add" and len(nxt.inputs) == 2
-                    and out_shape):
-                other = nxt.inputs[1] if nxt.inputs[0] == cur else nxt.inputs[0]
-                arr = self.constant(other)
-                if (other == cur or arr is None or arr.dtype != np.float32
-                        or not (arr.ndim <= len(out_shape) and arr.size == out_shape[-1]
-                                and (arr.ndim == 0 or arr.shape[-1] == out_shape[-1]))):
-                    break
-                bias = self.get(other)
-            elif (act := self._activation(nxt)) is not None and nxt.inputs[0] == cur:
-                post.eltwise(*act)
-            else:
-                break
-            self.done.add(nxt.id)
-            for name in nxt.inputs:
-                if name:
-                    self.pending[name] -= 1
-            self.fused[nxt.op_type] = self.fused.get(nxt.op_type, 0) + 1
-            cur = nxt.outputs[0]
-        return post, bias, cur
-
-    def _op_MatMul(self, node: Any) -> None:
-        a, b = self.get(node.inputs[0]), self.get(node.inputs[1])
-        if 0 in a.shape or 0 in b.shape or not a.shape or not b.shape:
-            raise Unsupported("MatMul of empty or 0-d tensors")
-        a_shape = (1, *a.shape) if len(a.shape) == 1 else a.shape
-        b_shape = (*b.shape, 1) if len(b.shape) == 1 else b.shape
-        r = max(len(a_shape), len(b_shape))
-        a_dims = (1,) * (r - len(a_shape)) + a_shape
-        b_dims = (1,) * (r - len(b_shape)) + b_shape
-        if a_dims[-1] != b_dims[-2]:
-            raise Unsupported("MatMul inner dimensions differ")
-        try:
-            batch = tuple(np.broadcast_shapes(a_dims[:-2], b_dims[:-2]))
-        except ValueError:
-            raise Unsupported("MatMul batch dimensions do not broadcast") from None
-        out_dims = (*batch, a_dims[-2], b_dims[-1])
-        out_shape = out_dims[len(out_dims) - (max(len(a.shape), len(b.shape))):]
-        if len(a.shape) == 1:
-            out_shape = out_shape[:-2] + out_shape[-1:]
-        if len(b.shape) == 1:
-            out_shape = out_shape[:-1]
-        out_shape = tuple(out_shape)
-        a_mem = self.alias(self.plain(a, "MatMul A"), a_dims)
-        const_b = self.constant(node.inputs[1]) is not None and all(d == 1 for d in b_dims[:-2])
-        b_arg = Val(b_dims, self.alias(self.plain(b, "MatMul B"), b_dims)) if const_b else \
-            self.alias(self.plain(b, "MatMul B"), b_dims)
-        post, bias, cur = self._matmul_epilogue(node, out_shape, allow_bias=len(b.shape) >= 2)
-        bias_dims = (1,) * (len(out_dims) - 1) + (out_dims[-1],)
-        dst = self._matmul(a, b, a_mem, a_dims, b_arg, b_dims, out_dims, post, bias, bias_dims, node.label)
-        self._set(cur, Val(out_shape, self.alias(dst, out_shape)))
-
-    def _op_Gemm(self, node: Any) -> None:
-        a, b = self.get(node.inputs[0]), self.get(node.inputs[1])
-        c_name = node.inputs[2] if len(node.inputs) > 2 else ""
-        alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
-        ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
-        if len(a.shape) != 2 or len(b.shape) != 2 or 0 in a.shape or 0 in b.shape:
-            raise Unsupported("Gemm needs non-empty 2-D A and B")
-        M, K = (a.shape[1], a.shape[0]) if ta else a.shape
-        K2, N = (b.shape[1], b.shape[0]) if tb else b.shape
-        if K != K2:
-            raise Unsupported("Gemm inner dimensions differ")
-        lib = self.lib
-        a_plain = self.plain(a, "Gemm A")
-        a_mem = self._mem(P.strided_md(lib, (M, K), (1, M) if ta else (K, 1)), a_plain.buf)
-        b_plain = self.plain(b, "Gemm B")
-        b_mem = self._mem(P.strided_md(lib, (K, N), (1, K) if tb else (N, 1)), b_plain.buf)
-        b_arg: Any = Val((K, N), b_mem) if self.constant(node.inputs[1]) is not None else b_mem
-        post = P.PostOps()
-        bias, bias_dims, extra = None, (1, N), []
-        c = self.get(c_name) if c_name and beta != 0.0 else None
-        if c is not None:
-            try:
-                np.broadcast_shapes(c.shape, (M, N))
-            except ValueError:
-                raise Unsupported(f"Gemm C of shape {list(c.shape)} does not broadcast to {[M, N]}") from None
-            c_dims = (1,) * (2 - len(c.shape)) + c.shape
-            if alpha == 1.0 and beta == 1.0:
-                bias, bias_dims = c, c_dims
-            else:
-                if alpha != 1.0:
-                    post.eltwise(E.ELTWISE_LINEAR, alpha, 0.0)
-                c_arr = self.constant(c_name)
-                if beta != 1.0:
-                    if c_arr is not None:
-                        c = self._const_val((np.float32(beta) * c_arr).astype(np.float32))
-                    else:
-                        pd = P.eltwise(lib, E.ELTWISE_LINEAR, self.plain(c).md, self.plain(c).md, beta, 0.0,
-                                       self._attr())
-                        scaled = self._new(self.plain(c).md)
-                        self._step(pd, [(E.ARG_SRC, self.plain(c)), (E.ARG_DST, scaled)], node.label)
-                        c = Val(c.shape, scaled)
-                c_mem = self.alias(self.plain(c, "Gemm C"), c_dims)
-                idx = post.binary(E.BINARY_ADD, c_mem.md)
-                extra.append((E.arg_post_op(idx) | E.ARG_SRC_1, c_mem))
-        elif alpha != 1.0:
-            post.eltwise(E.ELTWISE_LINEAR, alpha, 0.0)
-        cur = node.outputs[0]
-        if not len(post) and bias is None:
-            post, bias_e, cur = self._matmul_epilogue(node, (M, N), allow_bias=True)
-            if bias_e is not None:
-                bias, bias_dims = bias_e, (1, N)
-        dst = self._matmul(a, b, a_mem, (M, K), b_arg, (K, N), (M, N), post, bias, bias_dims, node.label, extra)
-        self._set(cur, Val((M, N), dst))
 
     def _softmax(self, node: Any, alg: int) -> None:
         x = self.get(node.inputs[0])
@@ -926,6 +532,8 @@ class Builder:
         shape = list(vals[0].shape)
         shape[axis] = sum(v.shape[axis] for v in vals)
         shape = tuple(shape)
+        if len({v.mem.md.data_type() for v in vals}) > 1:  # bf16 and float32 inputs (precision=bf16)
+            vals = [self._f32(v, node.label) for v in vals]
         srcs = [v.mem for v in vals]
         pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, shape))
@@ -1085,21 +693,3 @@ def reshape_target(shape: tuple[int, ...], target: list[int], allowzero: bool) -
     if any(d < 0 for d in out):
         raise Unsupported("Reshape to a negative dimension")
     return tuple(out)
-
-
-def fold_batch_norm(w: np.ndarray, b: np.ndarray | None, scale, shift, mean, var, eps: float, M: int):
-    """Weights and bias of Conv followed by inference BatchNormalization, as one Conv."""
-    factor = (scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps))
-    w2 = (w.astype(np.float64) * factor.reshape((M,) + (1,) * (w.ndim - 1))).astype(np.float32)
-    b0 = np.zeros(M, np.float64) if b is None else b.astype(np.float64)
-    b2 = ((b0 - mean) * factor + shift).astype(np.float32)
-    return w2, b2
-
-
-def impl_name(pd: P.Pd) -> str:
-    """The implementation oneDNN picked ('brg:avx512_core', 'jit:avx512_core', 'ref:any', ...)."""
-    lib = pd.lib
-    out = lib.ffi.new("const char **")
-    if lib.lib.dnnl_primitive_desc_query(pd.ptr, E.QUERY_IMPL_INFO_STR, 0, out) != E.SUCCESS or out[0] == lib.ffi.NULL:
-        return ""
-    return lib.ffi.string(out[0]).decode(errors="replace")

@@ -10,7 +10,6 @@ from ort_core.memory import HOST, HostAllocator, HostDataTransfer
 from ort_core.plugins import Capability, ProviderInfo, hookimpl
 
 from . import __version__
-from . import enums as E
 from . import library as L
 from .capability import Context, constant_node_values, unsupported_reason
 from .kernel import make_kernel
@@ -42,8 +41,8 @@ def precision_reason(lib: L.Library, opts: Options) -> str:
     return ""
 
 
-def fpmath_of(opts: Options) -> int:
-    return E.FPMATH_BF16 if opts.precision == "bf16" else E.FPMATH_STRICT
+def bf16_of(opts: Options) -> bool:
+    return opts.precision == "bf16"
 
 
 @hookimpl
@@ -57,7 +56,7 @@ def ort_get_capability(provider, graph, options):
     ctx = Context(graph.graph, graph.opset(""), graph.constant)
     claimed, declined = [], {}
     for node in nodes:
-        why = unsupported_reason(lib, node, ctx, fpmath_of(opts))
+        why = unsupported_reason(lib, node, ctx, bf16_of(opts))
         if why is None:
             claimed.append(node.id)
         else:
@@ -75,7 +74,7 @@ def ort_compile(provider, subgraph, options):
     opset = subgraph.opsets.get("", subgraph.opsets.get("ai.onnx", 0))
     ctx = Context(subgraph.graph, opset, subgraph.constants.get)
     for node in subgraph.nodes:  # the same rules as capability (cached), so the two never disagree
-        why = unsupported_reason(lib, node, ctx, fpmath_of(opts))
+        why = unsupported_reason(lib, node, ctx, bf16_of(opts))
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
     constants = dict(subgraph.constants)

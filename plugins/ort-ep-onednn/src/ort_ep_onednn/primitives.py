@@ -125,17 +125,14 @@ class PostOps:
 
 
 class Attr:
-    """Primitive attributes: user-managed scratchpad (one buffer per concurrent call), an fpmath mode
-    and post-ops."""
+    """Primitive attributes: user-managed scratchpad (one buffer per concurrent call) and post-ops."""
 
-    def __init__(self, lib: Library, post_ops: PostOps | None = None, fpmath: int = E.FPMATH_STRICT) -> None:
+    def __init__(self, lib: Library, post_ops: PostOps | None = None) -> None:
         ffi, c = lib.ffi, lib.lib
         out = ffi.new("dnnl_primitive_attr_t *")
         lib.check(c.dnnl_primitive_attr_create(out), "dnnl_primitive_attr_create")
         self.ptr = ffi.gc(out[0], c.dnnl_primitive_attr_destroy)
         lib.check(c.dnnl_primitive_attr_set_scratchpad_mode(self.ptr, E.SCRATCHPAD_USER), "set_scratchpad_mode")
-        if fpmath != E.FPMATH_STRICT:
-            lib.check(c.dnnl_primitive_attr_set_fpmath_mode(self.ptr, fpmath), "set_fpmath_mode")
         if post_ops is not None and len(post_ops):
             po = ffi.new("dnnl_post_ops_t *")
             lib.check(c.dnnl_post_ops_create(po), "dnnl_post_ops_create")

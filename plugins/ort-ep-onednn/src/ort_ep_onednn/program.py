@@ -1,0 +1,99 @@
+"""What lowering produces and works with: storage areas (Buf), their views (Mem), primitive steps,
+values during lowering, the subgraph Spec and the lowered Program.
+
+Plain data and small helpers only; deciding what to build is ``lowering``'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import enums as E
+from . import primitives as P
+
+
+class Unsupported(ValueError):
+    """The node, with these shapes, is not something this provider lowers (a decline reason)."""
+
+
+class RefOnly(Exception):
+    """oneDNN offers only its (slow) reference implementation for a fusion: build it unfused."""
+
+
+@dataclass(eq=False)
+class Buf:
+    """A storage area: a feed (``input`` k), a result (``output`` k), a per-call scratch area
+    (``internal``) or read-only data shared by every call (``const``, in ``array``)."""
+
+    kind: str
+    nbytes: int
+    index: int = -1
+    array: np.ndarray | None = None
+    values: list[str] = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class Mem:
+    """A view of a Buf through a memory descriptor (one dnnl_memory_t per concurrent call)."""
+
+    md: P.Md
+    buf: Buf
+
+
+@dataclass(eq=False)
+class Step:
+    """One primitive execution: its arguments (DNNL_ARG_* -> Mem) and scratchpad layout."""
+
+    prim: Any
+    args: list[tuple[int, Mem]]
+    scratch: P.Md | None
+    label: str
+    impl: str = ""
+
+
+@dataclass(eq=False)
+class Val:
+    """A value during lowering: its shape and where/how it is stored; ``views`` caches reorders."""
+
+    shape: tuple[int, ...]
+    mem: Mem
+    views: list[Mem] = field(default_factory=list)
+
+
+@dataclass
+class Spec:
+    """What lowering needs of a subgraph: nodes in order, input/output names, constant values, opset."""
+
+    nodes: list[Any]
+    inputs: list[str]
+    outputs: list[str]
+    constants: dict[str, np.ndarray]
+    opset: int
+
+
+@dataclass
+class Program:
+    """The lowered subgraph for one signature: steps in order and every Buf and Mem they use."""
+
+    steps: list[Step]
+    bufs: list[Buf]
+    mems: list[Mem]
+    output_shapes: list[tuple[int, ...]]
+    fused: dict[str, int]
+
+
+def dims_of(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """oneDNN has no 0-d descriptors: a scalar is held as one element."""
+    return shape if shape else (1,)
+
+
+def impl_name(pd: P.Pd) -> str:
+    """The implementation oneDNN picked ('brg:avx512_core', 'jit:avx512_core', 'ref:any', ...)."""
+    lib = pd.lib
+    out = lib.ffi.new("const char **")
+    if lib.lib.dnnl_primitive_desc_query(pd.ptr, E.QUERY_IMPL_INFO_STR, 0, out) != E.SUCCESS or out[0] == lib.ffi.NULL:
+        return ""
+    return lib.ffi.string(out[0]).decode(errors="replace")
