@@ -85,8 +85,8 @@ def quiet_session(path: str, **kwargs):
         return ort_core.InferenceSession(path, **kwargs)
 
 
-def bench_model(model: str, path: str, ort, extras: list, args, tmp: str) -> tuple[dict, list[dict]]:
-    name = os.path.basename(model).removesuffix(".onnx") if os.path.exists(model) else model
+def bench_model(model: str, path: str, ort, args, tmp: str) -> dict:
+    name = _name(model)
     r = {"name": name, "kind": kind_of(model),
          "nodes_file": len(onnx.load(path, load_external_data=False).graph.node)}
     floor = None
@@ -96,7 +96,7 @@ def bench_model(model: str, path: str, ort, extras: list, args, tmp: str) -> tup
         r["top_ops"] = measure.top_ops(profile["steps"])
         floor = measure.floor_fn(profile["steps"])
         gc.collect()
-    feeds, rows = latency(r, path, ort, extras, args, floor)
+    feeds = latency(r, path, ort, args, floor)
     del floor
     gc.collect()  # the timed sessions are gone: their memory must not weigh on what follows
     if not args.no_creation:
@@ -111,29 +111,20 @@ def bench_model(model: str, path: str, ort, extras: list, args, tmp: str) -> tup
         r["memory_core"] = measure.peak_memory_mb("ort-core", path, npz, args.repeats)
         if ort is not None:
             r["memory_ort"] = measure.peak_memory_mb("onnxruntime", path, npz, args.repeats)
-    return r, rows
+    return r
 
 
-def latency(r: dict, path: str, ort, extras: list, args, floor) -> tuple[dict, list[dict]]:
-    """Time ort-core, onnxruntime, the BLAS floor (when a function) and the extra providers in
-    alternating rounds; fills ``r``, returns the feeds and one row per extra provider."""
+def latency(r: dict, path: str, ort, args, floor) -> dict:
+    """Time ort-core, onnxruntime and the BLAS floor (when a function) in alternating rounds; fills
+    ``r`` and returns the feeds."""
     ours = ort_core.InferenceSession(path)
     feeds = models.feeds(ours.get_inputs())
     sessions = [ours]
     out_core = ours.run(None, feeds)
-    out_ort = None
     if ort is not None:
         theirs = ort.InferenceSession(path, providers=[measure.CPU])
         sessions.append(theirs)
-        out_ort = theirs.run(None, feeds)
-        r["diff"], r["ref"] = max_diff(out_core, out_ort)
-    labels = []
-    for label, provider, options, _ in extras:
-        try:
-            sessions.append(quiet_session(path, providers=[(provider, options)]))
-            labels.append(label)
-        except ort_core.OrtError as e:
-            print(f"  {label}: no session ({e})")
+        r["diff"], r["ref"] = max_diff(out_core, theirs.run(None, feeds))
     fns = [lambda s=s: s.run(None, feeds) for s in sessions]
     if floor is not None:
         fns.append(floor)
@@ -144,13 +135,39 @@ def latency(r: dict, path: str, ort, extras: list, args, floor) -> tuple[dict, l
     r["core_ms"], r["core_p90"] = measure.summary(times[0])
     if ort is not None:
         r["ort_ms"], r["ort_p90"] = measure.summary(times[1])
+    return feeds
+
+
+def extra_latency(name: str, path: str, ort, extras: list, args) -> list[dict]:
+    """The second pass: onnxruntime and ort-core's other providers in alternating rounds, one row per
+    provider. Run after every CPU measurement, so that the thread pools these providers start (OpenMP,
+    TBB) never share the cores with the CPU providers' timings."""
+    probe = ort_core.InferenceSession(path)
+    feeds = models.feeds(probe.get_inputs())
+    del probe
+    sessions, labels, out_ort = [], [], None
+    if ort is not None:
+        theirs = ort.InferenceSession(path, providers=[measure.CPU])
+        sessions.append(theirs)
+        out_ort = theirs.run(None, feeds)
+    for label, provider, options, _ in extras:
+        try:
+            sessions.append(quiet_session(path, providers=[(provider, options)]))
+            labels.append(label)
+        except ort_core.OrtError as e:
+            print(f"  {label}: no session ({e})")
+    if not labels:
+        return []
+    fns = [lambda s=s: s.run(None, feeds) for s in sessions]
+    runs, block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 5)
+    times = measure.timed(fns, runs, block=block)
+    ort_ms = measure.summary(times[0])[0] if ort is not None else None
     rows = []
-    first = len(sessions) - len(labels)
-    for label, sess, t in zip(labels, sessions[first:], times[first:]):
+    for label, sess, t in zip(labels, sessions[len(sessions) - len(labels):], times[len(times) - len(labels):]):
         ms, p90 = measure.summary(t)
         diff = max_diff(sess.run(None, feeds), out_ort)[0] if out_ort is not None else None
-        rows.append({"model": r["name"], "label": label, "ms": ms, "p90": p90, "diff": diff})
-    return feeds, rows
+        rows.append({"model": name, "label": label, "ms": ms, "p90": p90, "diff": diff, "ort_ms": ort_ms})
+    return rows
 
 
 def progress(r: dict) -> str:
@@ -160,6 +177,15 @@ def progress(r: dict) -> str:
     if r.get("floor_ms"):
         text += f", BLAS floor {r['floor_ms']:.2f} ms"
     return text + f" [{r['runs']} runs]"
+
+
+def _name(model: str) -> str:
+    return os.path.basename(model).removesuffix(".onnx") if os.path.exists(model) else model
+
+
+def _failure(e: Exception) -> str:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {first}"
 
 
 def _load() -> float | None:
@@ -186,20 +212,25 @@ def main() -> None:
         for provider in dict.fromkeys(e[1] for e in extras):
             print(f"{provider}: {get_registry().providers[provider].info.description}")
     t_start, load_start = time.perf_counter(), _load()
-    results, extra_rows, failed = [], [], []
+    results, extra_rows, failed, done = [], [], [], []
     with tempfile.TemporaryDirectory() as tmp:
         for model in args.models:
             path = models.resolve(model, tmp)
             try:
-                r, rows = bench_model(model, path, ort, extras, args, tmp)
+                r = bench_model(model, path, ort, args, tmp)
             except Exception as e:  # one broken model must not cost the whole run
-                first = str(e).strip().splitlines()[0] if str(e).strip() else ""
-                failed.append((model, f"{type(e).__name__}: {first}"))
+                failed.append((model, _failure(e)))
                 print(f"{model}: failed: {failed[-1][1]}", flush=True)
                 continue
             results.append(r)
-            extra_rows += rows
+            done.append((model, path, r["name"]))
             print(progress(r), flush=True)
+        for model, path, name in done if extras else ():
+            try:
+                extra_rows += extra_latency(name, path, ort, extras, args)
+            except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
+                failed.append((f"{model} (other providers)", _failure(e)))
+            print(f"{name}: other providers timed", flush=True)
     meta["load"] = (load_start, _load())
     text = report.markdown(results, extra_rows, meta, failed)
     print(f"\n{text}\n({time.perf_counter() - t_start:.0f} s)")
