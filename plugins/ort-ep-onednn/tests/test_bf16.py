@@ -200,21 +200,25 @@ def test_bf16_on_a_cpu_without_it_declines_every_node_with_the_reason(monkeypatc
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], 1 / (1 + np.exp(-np.maximum(x, 0))), rtol=1e-6)
 
 
-def test_shufflenet_adds_keep_jit_kernels(programs):
-    """ShuffleNet's residual Adds read a conv's blocked output and a channel-shuffled value in another
-    layout; oneDNN offers only its reference binary kernel for that pair (~100x slower), so the second
-    source is reordered into the first's layout instead. Results still match the CPU provider."""
+@pytest.mark.parametrize("name", ["shufflenet", "densenet121"])
+def test_light_models_use_no_reference_kernels(programs, name):
+    """Mixed layouts send oneDNN to its reference kernels (~10-100x slower): ShuffleNet's residual Adds
+    (a conv's blocked output plus a channel-shuffled value) and DenseNet's first concats (a blocked
+    MaxPool output among channels-last conv outputs). The lowering reorders into one layout instead;
+    results still match the CPU provider."""
     import os
 
     import onnx
 
-    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", "light_shufflenet.onnx")
+    path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light", f"light_{name}.onnx")
     if not os.path.exists(path):
-        pytest.skip("the onnx wheel has no light ShuffleNet")
+        pytest.skip(f"the onnx wheel has no light {name}")
     model = onnx.load(path)
-    x = {model.graph.input[0].name: np.random.default_rng(5).random((1, 3, 224, 224), dtype=np.float32)}
-    (ref,) = session(model, [CPU]).run(None, x)
-    (got,) = session(model, [NAME]).run(None, x)
+    cpu, dnnl = session(model, [CPU]), session(model, [NAME])
+    x = {cpu.get_inputs()[0].name: np.random.default_rng(5).random((1, 3, 224, 224), dtype=np.float32)}
+    (ref,) = cpu.run(None, x)
+    (got,) = dnnl.run(None, x)
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
-    binary = [s for p in programs for s in p.steps if op_of(s) in ("Add", "Sum")]
-    assert binary and not [s.impl for s in binary if s.impl.startswith("ref")], [(s.label, s.impl) for s in binary]
+    steps = [s for p in programs for s in p.steps]
+    assert steps and not [s for s in steps if s.impl.startswith("ref")], [
+        (s.label, s.impl) for s in steps if s.impl.startswith("ref")]

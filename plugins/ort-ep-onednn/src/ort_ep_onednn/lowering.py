@@ -541,10 +541,30 @@ class Builder(ConvOps, MatmulOps):
             vals = [self._f32(v, node.label) for v in vals]
         srcs = [v.mem for v in vals]
         pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
+        if impl_name(pd).startswith("ref") and r == 4:
+            pd, srcs = self._concat_in_one_layout(vals, shape, axis, pd, srcs, node.label)
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, shape))
         args = [(E.ARG_MULTIPLE_SRC + i, m) for i, m in enumerate(srcs)] + [(E.ARG_DST, dst)]
         self._step(pd, args, node.label)
         self._set(node.outputs[0], Val(shape, dst))
+
+    def _concat_in_one_layout(self, vals: list[Val], shape: tuple[int, ...], axis: int, pd: P.Pd, srcs: list[Mem],
+                              label: str) -> tuple[P.Pd, list[Mem]]:
+        """oneDNN offers only its reference concat for inputs in mixed layouts (DenseNet's first block:
+        a blocked MaxPool output among channels-last conv outputs), ~10x slower: the inputs are
+        reordered into one plain layout, channels-last first, where that gets a jit kernel."""
+        for order in ((0, 2, 3, 1), (0, 1, 2, 3)):  # channels last (acdb), then plain NCHW
+            mds = []
+            for v in vals:
+                strides, step = [0] * 4, 1
+                for d in reversed(order):
+                    strides[d] = step
+                    step *= v.shape[d]
+                mds.append(P.strided_md(self.lib, v.shape, strides, v.mem.md.data_type()))
+            candidate = P.concat(self.lib, P.any_md(self.lib, shape), axis, mds, self._attr())
+            if not impl_name(candidate).startswith("ref"):
+                return candidate, [self.as_md(v, md, label) for v, md in zip(vals, mds)]
+        return pd, srcs
 
     def _op_reduce(self, node: Any) -> None:
         x = self.get(node.inputs[0])
