@@ -222,3 +222,29 @@ def test_light_models_use_no_reference_kernels(programs, name):
     steps = [s for p in programs for s in p.steps]
     assert steps and not [s for s in steps if s.impl.startswith("ref")], [
         (s.label, s.impl) for s in steps if s.impl.startswith("ref")]
+
+
+def test_batch_norm_then_relu_is_one_primitive(programs):
+    """DenseNet's pre-activation: BatchNormalization (not after a conv, so not folded) then Relu runs as
+    one batch-normalization primitive with oneDNN's fused ReLU; values match the CPU provider."""
+    rng = np.random.default_rng(6)
+    inits = [numpy_helper.from_array(rng.uniform(0.5, 2, 8).astype(np.float32), "g"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "b"),
+             numpy_helper.from_array(rng.standard_normal(8).astype(np.float32), "m"),
+             numpy_helper.from_array(rng.uniform(0.5, 2, 8).astype(np.float32), "v"),
+             numpy_helper.from_array(rng.standard_normal((8, 8, 3, 3)).astype(np.float32) * 0.2, "w")]
+    nodes = [helper.make_node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["p", "g", "b", "m", "v"], ["n"], epsilon=1e-3),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [vi("x", [1, 8, 16, 16])], [vi("y", [1, 8, 8, 8])], inits)
+    x = {"x": rng.standard_normal((1, 8, 16, 16)).astype(np.float32)}
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL  # the graph reaches oneDNN as built
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ort.OrtWarning)
+        got = ort.InferenceSession(model.SerializeToString(), so, providers=[NAME]).run(None, x)[0]
+        ref = ort.InferenceSession(model.SerializeToString(), so, providers=[CPU]).run(None, x)[0]
+    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
+    ops = [op_of(s) for p in programs for s in p.steps]
+    assert "BatchNormalization" in ops and "Relu" not in ops, ops

@@ -145,6 +145,12 @@ def test_normalization_flags_and_arg_numbers_by_behaviour():
                      (E.ARG_SCALE, c, scale), (E.ARG_SHIFT, c, shift)]) == E.SUCCESS
     ref = (x - mean[:, None]) / np.sqrt(var[:, None] + 1e-5) * scale[:, None] + shift[:, None]
     np.testing.assert_allclose(y, ref, rtol=1e-5, atol=1e-5)
+    assert (ref < 0).any()
+    pd = P.batch_norm(LIB, md, md, 1e-5, E.USE_GLOBAL_STATS | E.USE_SCALE | E.USE_SHIFT | E.FUSE_NORM_RELU,
+                      P.Attr(LIB))
+    assert _run(pd, [(E.ARG_SRC, md, x), (E.ARG_DST, md, y), (E.ARG_MEAN, c, mean), (E.ARG_VARIANCE, c, var),
+                     (E.ARG_SCALE, c, scale), (E.ARG_SHIFT, c, shift)]) == E.SUCCESS
+    np.testing.assert_allclose(y, np.maximum(ref, 0), rtol=1e-5, atol=1e-5)  # FUSE_NORM_RELU: the ReLU applied
 
 
 def test_concat_multiple_src_numbers_by_behaviour():

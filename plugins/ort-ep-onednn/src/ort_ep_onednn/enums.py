@@ -64,7 +64,7 @@ SOFTMAX_ACCURATE = 0x30000
 SOFTMAX_LOG = 0x30001
 
 # dnnl_normalization_flags_t
-USE_GLOBAL_STATS, USE_SCALE, USE_SHIFT = 0x1, 0x2, 0x4
+USE_GLOBAL_STATS, USE_SCALE, USE_SHIFT, FUSE_NORM_RELU = 0x1, 0x2, 0x4, 0x8
 
 # dnnl_query_t (the ones passed to dnnl_primitive_desc_query_md / dnnl_memory_desc_query)
 QUERY_IMPL_INFO_STR = 8

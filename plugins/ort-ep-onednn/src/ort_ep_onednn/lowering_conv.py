@@ -203,6 +203,11 @@ class ConvOps:
         if any(p.shape != (C,) for p in params):
             raise Unsupported("BatchNormalization parameters are not of shape (C,)")
         flags = E.USE_GLOBAL_STATS | E.USE_SCALE | E.USE_SHIFT
+        relu = self._sole_consumer(node.outputs[0])
+        if relu is None or relu.op_type != "Relu" or relu.domain not in ("", "ai.onnx"):
+            relu = None
+        else:  # DenseNet's pre-activation BN -> Relu: one pass (oneDNN's fused ReLU) instead of two
+            flags |= E.FUSE_NORM_RELU
         eps = float(node.attr("epsilon", 1e-5))
         pd, src = self._native(x, lambda s, dt: P.batch_norm(self.lib, s.md, P.any_md(self.lib, x.shape, dt), eps,
                                                              flags, self._attr()), node.label)
@@ -210,7 +215,13 @@ class ConvOps:
         scale, shift, mean, var = (self.plain(p, "BatchNormalization parameter") for p in params)
         self._step(pd, [(E.ARG_SRC, src), (E.ARG_DST, dst), (E.ARG_MEAN, mean), (E.ARG_VARIANCE, var),
                         (E.ARG_SCALE, scale), (E.ARG_SHIFT, shift)], node.label)
-        self._set(node.outputs[0], Val(x.shape, dst))
+        out = node.outputs[0]
+        if relu is not None:
+            self.done.add(relu.id)
+            self.pending[out] -= 1
+            self.fused["Relu"] = self.fused.get("Relu", 0) + 1
+            out = relu.outputs[0]
+        self._set(out, Val(x.shape, dst))
 
     def _pool(self, node: Any, alg: int, kernel, strides, dil, pads, auto_pad, ceil: bool) -> None:
         x = self.get(node.inputs[0])
