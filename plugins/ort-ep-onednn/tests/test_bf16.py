@@ -18,7 +18,6 @@ if L.unavailable_reason():
     pytest.skip(f"oneDNN unavailable: {L.unavailable_reason()}", allow_module_level=True)
 
 from ort_ep_onednn import enums as E  # noqa: E402
-from ort_ep_onednn import kernel as K  # noqa: E402
 
 import ort_core as ort  # noqa: E402
 from ort_core.session import CHECK_OUTPUTS_KEY  # noqa: E402
@@ -47,19 +46,6 @@ def session(model, providers):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ort.OrtWarning)
         return ort.InferenceSession(model.SerializeToString(), so, providers=list(providers))
-
-
-@pytest.fixture
-def programs(monkeypatch):
-    built = []
-    orig = K.Compiled.__init__
-
-    def spy(self, lib, program):
-        orig(self, lib, program)
-        built.append(program)
-
-    monkeypatch.setattr(K.Compiled, "__init__", spy)
-    return built
 
 
 def op_of(step) -> str:

@@ -22,7 +22,6 @@ from ort_ep_onednn import library as L
 if L.unavailable_reason():
     pytest.skip(f"oneDNN unavailable: {L.unavailable_reason()}", allow_module_level=True)
 
-from ort_ep_onednn import kernel as K  # noqa: E402
 from ort_ep_onednn import plugin  # noqa: E402
 from ort_ep_onednn.options import Options, parse  # noqa: E402
 
@@ -205,20 +204,6 @@ def test_probe_declines_what_onednn_does_not_implement_for_the_shapes():
 
 
 # ---------------------------------------------------------------------------- numerics
-
-@pytest.fixture
-def programs(monkeypatch):
-    """The lowered programs the kernels build while the test runs."""
-    built = []
-    orig = K.Compiled.__init__
-
-    def spy(self, lib, program):
-        orig(self, lib, program)
-        built.append(program)
-
-    monkeypatch.setattr(K.Compiled, "__init__", spy)
-    return built
-
 
 def test_conv_bn_relu_residual_block_matches_cpu_and_is_fused(programs):
     model = resnet_block()
