@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 import onnx
+import pytest
 from onnx import helper
 from onnx.reference import ReferenceEvaluator
 
@@ -39,6 +40,20 @@ def run_reference(op_type, inputs, attrs=None, opset=21, n_outputs=1, domain="")
     model.ir_version = onnx.IR_VERSION
     ref = ReferenceEvaluator(model)
     return ref.run(None, {n: x for n, x in zip(names, inputs) if x is not None})
+
+
+def run_onnxruntime_ml(op_type, x, attrs, out_types, ml_opset=1):
+    """Outputs of onnxruntime itself for one ai.onnx.ml node on a float input ``x`` (the test skips
+    without onnxruntime): the baseline where the reference evaluator and onnxruntime differ."""
+    ort = pytest.importorskip("onnxruntime")
+    node = helper.make_node(op_type, ["x"], [f"y{i}" for i in range(len(out_types))], domain="ai.onnx.ml",
+                            **attrs)
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, x.shape)],
+                              [helper.make_tensor_value_info(f"y{i}", t, None) for i, t in enumerate(out_types)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                    helper.make_opsetid("ai.onnx.ml", ml_opset)])
+    model.ir_version = 8
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
 
 
 def check(op_type, inputs, attrs=None, opset=21, n_outputs=1, rtol=1e-5, atol=1e-6):

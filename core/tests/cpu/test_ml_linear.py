@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto
 
 from ort_core.errors import KernelError
 from ort_core.providers.cpu.ops.ml_linear import logistic, probit, softmax, softmax_zero
 
-from .kernel_harness import run_ours, run_reference
+from .kernel_harness import run_onnxruntime_ml, run_ours, run_reference
 
 ML = "ai.onnx.ml"
 rng = np.random.default_rng(5)
@@ -24,16 +24,6 @@ def floats(n):
 def ours_and_ref(op, x, attrs, n_outputs):
     return (run_ours(op, [x], attrs, opset=1, n_outputs=n_outputs, domain=ML),
             run_reference(op, [x], attrs, opset=1, n_outputs=n_outputs, domain=ML))
-
-
-def onnxruntime_run(op, x, attrs, out_types):
-    ort = pytest.importorskip("onnxruntime")
-    node = helper.make_node(op, ["x"], [f"y{i}" for i in range(len(out_types))], domain=ML, **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info(f"y{i}", t, None) for i, t in enumerate(out_types)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)])
-    model.ir_version = 8
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
 
 
 # ---------------------------------------------------------------------------- post-transforms
@@ -102,7 +92,7 @@ def test_linear_classifier_binary(transform):
     assert label.tolist() == np.where(s > 0, "yes", "no").tolist()
     p = 1 / (1 + np.exp(-s.astype(np.float64))) if transform == "LOGISTIC" else s
     np.testing.assert_allclose(z, np.stack([1 - p, p], axis=1), rtol=1e-5, atol=1e-6)
-    label2, z2 = onnxruntime_run("LinearClassifier", x, attrs, [TensorProto.STRING, TensorProto.FLOAT])
+    label2, z2 = run_onnxruntime_ml("LinearClassifier", x, attrs, [TensorProto.STRING, TensorProto.FLOAT])
     assert label.tolist() == label2.tolist()
     np.testing.assert_allclose(z, z2, rtol=1e-5, atol=1e-6)
 
@@ -157,7 +147,7 @@ def test_svm_classifier_matches_reference(kernel, k, proba, transform):
     if k == 2 and not proba:
         # binary without probabilities: the reference picks labels[1] for all-positive weights,
         # onnxruntime (followed here) the class with the vote
-        ref_label = onnxruntime_run("SVMClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])[0]
+        ref_label = run_onnxruntime_ml("SVMClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])[0]
     np.testing.assert_array_equal(label, ref_label)
 
 
@@ -169,7 +159,7 @@ def test_svm_classifier_probabilities(k):
     assert z.shape == (20, k) and z.dtype == np.float32
     np.testing.assert_allclose(z.sum(axis=1), 1, atol=1e-3)  # coupled pairwise probabilities
     # the reference evaluator builds the coupling matrix differently; onnxruntime is followed here
-    label2, z2 = onnxruntime_run("SVMClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])
+    label2, z2 = run_onnxruntime_ml("SVMClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])
     np.testing.assert_array_equal(label, label2)
     np.testing.assert_allclose(z, z2, rtol=1e-3, atol=1e-4)
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
 from ort_core.errors import KernelError
 
-from .kernel_harness import run_ours, run_reference
+from .kernel_harness import run_onnxruntime_ml, run_ours, run_reference
 
 ML = "ai.onnx.ml"
 rng = np.random.default_rng(11)
@@ -120,23 +120,14 @@ def test_tree_regressor_untouched_target_is_zero_and_probit():
 
 
 def test_tree_regressor_matches_onnxruntime_on_uncovered_targets():
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     attrs, leaves = forest(4, 3, 3, modes=MODES)
     attrs.update(weights(leaves, "target", 3, every_target=False), n_targets=3, aggregate_function="MIN",
                  base_values=[0.5, -0.5, 0.25])
     x = features(40, 3)
     (ours,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
-    theirs = _onnxruntime(ort, "TreeEnsembleRegressor", x, attrs, [TensorProto.FLOAT])[0]
+    theirs = run_onnxruntime_ml("TreeEnsembleRegressor", x, attrs, [TensorProto.FLOAT], ml_opset=3)[0]
     np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
-
-
-def _onnxruntime(ort, op, x, attrs, out_types, ml_opset=3):
-    node = helper.make_node(op, ["x"], [f"y{i}" for i in range(len(out_types))], domain=ML, **attrs)
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape)],
-                              [helper.make_tensor_value_info(f"y{i}", t, None) for i, t in enumerate(out_types)])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, ml_opset)])
-    model.ir_version = 8
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})
 
 
 # ------------------------------------------------------------------------ TreeEnsembleClassifier
@@ -189,14 +180,15 @@ def test_tree_classifier_binary_mixed_weights_values():
 
 
 def test_tree_classifier_binary_matches_onnxruntime():
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     for positive, transform in [(False, "NONE"), (False, "LOGISTIC"), (True, "NONE"), (True, "LOGISTIC")]:
         attrs, leaves = forest(5, 2, 3)
         attrs.update(weights(leaves, "class", 1, positive=positive, scale=0.3), post_transform=transform,
                      classlabels_int64s=[4, 9])
         x = features(30, 3)
         ours = run_ours("TreeEnsembleClassifier", [x], attrs, opset=3, n_outputs=2, domain=ML)
-        theirs = _onnxruntime(ort, "TreeEnsembleClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT])
+        theirs = run_onnxruntime_ml("TreeEnsembleClassifier", x, attrs, [TensorProto.INT64, TensorProto.FLOAT],
+                                    ml_opset=3)
         np.testing.assert_array_equal(ours[0], theirs[0])
         np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
 

@@ -72,11 +72,11 @@ class Body:
 
     def _step(self, node: Node, opset: int, slots: dict[str, int]):
         domain = "" if node.domain == "ai.onnx" else node.domain
-        kd = lookup(domain, node.op_type, opset if domain == "" else _NEWEST)
+        version = opset if domain == "" else _NEWEST
+        kd = lookup(domain, node.op_type, version)
         if kd is None:
             what = "custom ops inside subgraphs are not supported" if domain else f"opset {opset}"
             raise KernelError(f"{self.label}: {node.label} has no CPU kernel ({what})")
-        version = opset if domain == "" else _NEWEST
         kernel = kd.build(node, version, self.graph)
         ins = tuple(slots[n] if n else 0 for n in node.inputs) + tuple(slots[n] for n in outer_scope_names(node))
         outs = tuple(slots[n] if n else 1 for n in node.outputs)

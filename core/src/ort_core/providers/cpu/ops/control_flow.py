@@ -15,6 +15,7 @@ from ....ir.types import np_dtype
 from ....limits import MAX_TENSOR_BYTES_KEY, current
 from ..registry import outer_scope_names, register
 from ..subgraph import Body
+from .shape_ops import normalize_axis
 
 
 def _graph_attr(node: Node, name: str) -> Graph:
@@ -180,12 +181,6 @@ def _per_input(node: Node, name: str, count: int, allowed=None) -> list[int]:
     return values
 
 
-def _norm_axis(node: Node, axis: int, rank: int, what: str) -> int:
-    if not -rank <= axis < rank:
-        raise KernelError(f"{node.label}: {what} {axis} is out of range for rank {rank}")
-    return axis % rank
-
-
 @register("Scan", since=9)
 def _scan(node: Node, opset: int):
     body, m, n_state, n_out = _scan_body(node, opset, len(node.inputs))
@@ -201,7 +196,7 @@ def _scan(node: Node, opset: int):
             if not isinstance(x, np.ndarray) or x.ndim == 0:
                 raise KernelError(f"{node.label}: scan input {j} must be a tensor of rank >= 1")
             # iterate over axis 0 of a view: moving the scan axis costs no copy
-            v = np.moveaxis(x, _norm_axis(node, axis, x.ndim, f"scan_input_axes[{j}]"), 0)
+            v = np.moveaxis(x, normalize_axis(node, axis, x.ndim, f"scan_input_axes[{j}]"), 0)
             seqs.append(v[::-1] if rev else v)
         steps = seqs[0].shape[0]
         if any(s.shape[0] != steps for s in seqs):
@@ -222,7 +217,7 @@ def _scan(node: Node, opset: int):
             if out_dirs[k]:
                 items.reverse()
             rank = getattr(items[0], "ndim", 0) + 1
-            results.append(_stack(node, items, k, _norm_axis(node, out_axes[k], rank, f"scan_output_axes[{k}]")))
+            results.append(_stack(node, items, k, normalize_axis(node, out_axes[k], rank, f"scan_output_axes[{k}]")))
         return tuple(results)
     return kernel
 

@@ -9,6 +9,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
+from .shape_ops import normalize_axis
 
 
 def _cumulative(accumulate, identity: int):
@@ -22,10 +23,7 @@ def _cumulative(accumulate, identity: int):
             if ax.size != 1 or ax.dtype.kind not in "iu":
                 raise KernelError(f"{node.label}: axis must be a single integer, got {ax.dtype} "
                                   f"{ax.shape}")
-            a = int(ax.reshape(-1)[0])
-            if not -x.ndim <= a < x.ndim:
-                raise KernelError(f"{node.label}: axis {a} is out of range for rank {x.ndim}")
-            a %= x.ndim
+            a = normalize_axis(node, int(ax.reshape(-1)[0]), x.ndim)
             # half floats accumulate in float32 (one rounding at the end); other types in their
             # own dtype, so integers wrap as the spec's fixed-width arithmetic does
             acc = np.dtype(np.float32) if x.dtype.kind == "V" or x.dtype == np.float16 else x.dtype

@@ -13,6 +13,7 @@ import numpy as np
 from ....errors import KernelError
 from ....limits import check_tensor_size
 from ..registry import register
+from .resize import cast_back, work_dtype
 
 _PADDINGS = ("zeros", "border", "reflection")
 _CUBIC_A = -0.75  # Keys' coefficient torch.grid_sample uses
@@ -21,15 +22,6 @@ _CUBIC_A = -0.75  # Keys' coefficient torch.grid_sample uses
 def _str_attr(node, name: str, default: str) -> str:
     value = node.attr(name, default)
     return value.decode() if isinstance(value, bytes) else value
-
-
-def _work_dtype(dtype: np.dtype) -> np.dtype:
-    """Accumulation type: float32 for narrow types, float64 for double and wide integers."""
-    if dtype.kind == "c":
-        return dtype
-    if dtype == np.float64 or (dtype.kind in "iu" and dtype.itemsize >= 4):
-        return np.dtype(np.float64)
-    return np.dtype(np.float32)
 
 
 def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
@@ -116,7 +108,7 @@ def _grid_sample(label, x: np.ndarray, grid: np.ndarray, mode: str, padding: str
         per_axis.append(_axis_taps(pos, length, mode, padding, align_corners))
 
     # channels first with batches side by side: one gather per tap yields (C, N * points)
-    work = x.dtype if mode == "nearest" else _work_dtype(x.dtype)
+    work = x.dtype if mode == "nearest" else work_dtype(x.dtype)
     size = int(np.prod(spatial))
     planes = np.moveaxis(x.reshape(n, c, size), 1, 0).reshape(c, n * size).astype(work, copy=False)
     batch = (np.arange(n, dtype=np.int64) * size).reshape((n,) + (1,) * len(out_sp))
@@ -144,10 +136,7 @@ def _grid_sample(label, x: np.ndarray, grid: np.ndarray, mode: str, padding: str
         acc = term if acc is None else np.add(acc, term, out=acc)
     y = np.moveaxis(acc.reshape(c, n, *out_sp), 0, 1)
     if y.dtype != x.dtype:
-        if x.dtype.kind in "iu":
-            info = np.iinfo(x.dtype)
-            y = np.clip(np.rint(y), info.min, info.max)
-        y = y.astype(x.dtype)
+        y = cast_back(y, x.dtype)
     return np.ascontiguousarray(y)
 
 

@@ -155,7 +155,7 @@ class _Plan:
         return idx, w, outside
 
 
-def _work_dtype(dtype: np.dtype) -> np.dtype:
+def work_dtype(dtype: np.dtype) -> np.dtype:
     """Accumulation type: float32 for narrow types, float64 for double and wide integers."""
     if dtype.kind == "c":
         return dtype
@@ -164,7 +164,7 @@ def _work_dtype(dtype: np.dtype) -> np.dtype:
     return np.dtype(np.float32)
 
 
-def _cast_back(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
+def cast_back(y: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if dtype.kind in "iu":
         info = np.iinfo(dtype)
         return np.clip(np.rint(y), info.min, info.max).astype(dtype)
@@ -202,7 +202,7 @@ def _resample(plan: _Plan, x: np.ndarray, axes: list[_Axis]) -> np.ndarray:
     if 0 in x.shape or 0 in out_shape:
         return np.empty(out_shape, dtype=x.dtype)
     dtype = x.dtype
-    work = dtype if plan.mode == "nearest" else _work_dtype(dtype)
+    work = dtype if plan.mode == "nearest" else work_dtype(dtype)
     y = x
     for axis, ax in enumerate(axes):
         n_in = x.shape[axis]
@@ -218,7 +218,7 @@ def _resample(plan: _Plan, x: np.ndarray, axes: list[_Axis]) -> np.ndarray:
         y = _resize_axis(y, axis, idx, w, outside, plan.extrapolation, work)
     if y is x:
         return x.copy()
-    return _cast_back(y, dtype) if y.dtype != dtype else y
+    return cast_back(y, dtype) if y.dtype != dtype else y
 
 
 # ---------------------------------------------------------------------------------------------

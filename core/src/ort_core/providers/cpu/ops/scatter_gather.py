@@ -12,6 +12,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
+from .shape_ops import normalize_axis
 
 # reduction -> ufunc whose unbuffered .at() applies repeated indices one after the other
 _REDUCE_UFUNCS = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
@@ -25,12 +26,6 @@ def _reduction(node: Node, opset: int) -> str:
         raise KernelError(f"{node.label}: reduction must be one of {allowed} at opset {opset}, "
                           f"got {r!r}")
     return r
-
-
-def _axis(node: Node, axis: int, rank: int) -> int:
-    if not -rank <= axis < rank:
-        raise KernelError(f"{node.label}: axis {axis} is out of range for rank {rank}")
-    return axis % rank
 
 
 def _wrap(node: Node, idx: np.ndarray, dims, what: str) -> np.ndarray:
@@ -60,7 +55,7 @@ def _scatter(data: np.ndarray, key: tuple, updates: np.ndarray, reduction: str) 
 
 def _scatter_elements(node: Node, axis: int, reduction: str):
     def kernel(data, indices, updates):
-        a = _axis(node, axis, data.ndim)
+        a = normalize_axis(node, axis, data.ndim)
         if indices.shape != updates.shape or indices.ndim != data.ndim:
             raise KernelError(f"{node.label}: indices {indices.shape} and updates {updates.shape} "
                               f"must have one shape, of the rank of data {data.shape}")

@@ -13,12 +13,7 @@ from ....errors import KernelError
 from ....ir.graph import Node
 from ....limits import check_tensor_size
 from ..registry import register
-
-
-def _axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
-    if not -rank <= axis < rank:
-        raise KernelError(f"{node.label}: {what} {axis} is out of range for rank {rank}")
-    return axis % rank
+from .shape_ops import normalize_axis
 
 
 def _scalar_int(node: Node, value, what: str) -> int:
@@ -43,7 +38,7 @@ def _fill_value(dtype: np.dtype):
 # --------------------------------------------------------------------------------------------
 
 def _topk(node: Node, x: np.ndarray, k: int, axis: int, largest: bool):
-    a = _axis(node, axis, x.ndim)
+    a = normalize_axis(node, axis, x.ndim)
     n = x.shape[a]
     if not 0 <= k <= n:
         raise KernelError(f"{node.label}: k={k} is out of range for axis {axis} of size {n}")
@@ -117,7 +112,7 @@ def _unique(node: Node, opset: int):
                                                   return_inverse=True, return_counts=True)
             inverse = inverse.reshape(-1)
         else:
-            a = _axis(node, axis, x.ndim)
+            a = normalize_axis(node, axis, x.ndim)
             src = x
             moved = np.moveaxis(x, a, 0)
             first, inverse, counts = _unique_rows(
@@ -153,7 +148,7 @@ def _compress(node: Node, opset: int):
     def kernel(x, condition):
         if condition.ndim != 1:
             raise KernelError(f"{node.label}: condition must be 1-D, got shape {condition.shape}")
-        src, a = (x.reshape(-1), 0) if axis is None else (x, _axis(node, axis, x.ndim))
+        src, a = (x.reshape(-1), 0) if axis is None else (x, normalize_axis(node, axis, x.ndim))
         cond = condition.astype(bool, copy=False)
         n = src.shape[a]
         if cond.size > n:  # a longer condition is fine as long as it selects nothing beyond
@@ -257,7 +252,7 @@ def _center_crop_pad(node: Node, opset: int):
 
     def kernel(x, shape):
         target = [int(s) for s in shape.reshape(-1).tolist()]
-        axes_n = list(range(x.ndim)) if axes is None else [_axis(node, a, x.ndim) for a in axes]
+        axes_n = list(range(x.ndim)) if axes is None else [normalize_axis(node, a, x.ndim) for a in axes]
         if len(target) != len(axes_n) or min(target, default=0) < 0:
             raise KernelError(f"{node.label}: shape {target} must hold one non-negative size per "
                               f"axis {axes_n}")

@@ -13,6 +13,7 @@ from ....ir.graph import Graph, Node
 from ....ir.types import np_dtype
 from ..registry import outer_scope_names, register
 from ..subgraph import Body
+from .shape_ops import normalize_axis
 
 
 def _seq(node: Node, value, what: str = "input_sequence") -> list:
@@ -118,9 +119,7 @@ def _split_to_sequence(node: Node, opset: int):
         x = _tensor(node, x, "input")
         if x.ndim == 0:
             raise KernelError(f"{node.label}: cannot split a scalar")
-        if not -x.ndim <= axis < x.ndim:
-            raise KernelError(f"{node.label}: axis {axis} is out of range for rank {x.ndim}")
-        a = axis % x.ndim
+        a = normalize_axis(node, axis, x.ndim)
         length = x.shape[a]
         moved = np.moveaxis(x, a, 0)  # views: splitting copies nothing
         if split is None:  # chunks of one; keepdims decides whether the axis stays
@@ -155,13 +154,11 @@ def _concat_from_sequence(node: Node, opset: int):
         seq = _seq(node, seq)
         if not seq:
             raise KernelError(f"{node.label}: cannot concatenate an empty sequence")
-        rank = seq[0].ndim + (1 if new_axis else 0)
-        if not -rank <= axis < rank or (rank == 0):
-            raise KernelError(f"{node.label}: axis {axis} is out of range for rank {rank}")
+        a = normalize_axis(node, axis, seq[0].ndim + (1 if new_axis else 0))
         try:
             if new_axis:
-                return (np.stack(seq, axis=axis % rank),)
-            return (np.concatenate(seq, axis=axis % rank),)
+                return (np.stack(seq, axis=a),)
+            return (np.concatenate(seq, axis=a),)
         except ValueError as e:
             raise KernelError(f"{node.label}: sequence elements of shapes "
                               f"{[list(t.shape) for t in seq]} cannot be joined on axis {axis}: {e}") from None

@@ -26,7 +26,7 @@ def _ints(value) -> list[int]:
     return [int(value)]
 
 
-def _axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
+def normalize_axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
     """``axis`` normalized to [0, rank); KernelError naming the node when out of range."""
     if not -rank <= axis < rank:
         raise KernelError(f"{node.label}: {what} {axis} is out of range for rank {rank}")
@@ -34,7 +34,7 @@ def _axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
 
 
 def _axes(node: Node, axes, rank: int) -> tuple[int, ...]:
-    out = tuple(_axis(node, a, rank) for a in _ints(axes))
+    out = tuple(normalize_axis(node, a, rank) for a in _ints(axes))
     if len(set(out)) != len(out):
         raise KernelError(f"{node.label}: repeated axes {list(_ints(axes))}")
     return out
@@ -182,7 +182,7 @@ def _concat(node: Node, opset: int):
     def kernel(*inputs):
         if not inputs:
             raise KernelError(f"{node.label}: needs at least one input")
-        a = _axis(node, axis, inputs[0].ndim)
+        a = normalize_axis(node, axis, inputs[0].ndim)
         if len(inputs) == 1:
             return (inputs[0],)
         try:
@@ -194,7 +194,7 @@ def _concat(node: Node, opset: int):
 
 
 def _split(node: Node, x: np.ndarray, axis: int, split: list[int] | None, n_out: int):
-    a = _axis(node, axis, x.ndim)
+    a = normalize_axis(node, axis, x.ndim)
     dim = x.shape[a]
     if split is None:
         chunk = -(-dim // n_out)  # ceil: the last chunk is smaller when not divisible
@@ -298,7 +298,7 @@ def _gather(node: Node, opset: int):
     axis = int(node.attr("axis", 0))
 
     def kernel(x, indices):
-        a = _axis(node, axis, x.ndim)
+        a = normalize_axis(node, axis, x.ndim)
         try:
             if indices.ndim == 0:  # a single index: a view, no copy
                 return (x[(slice(None),) * a + (int(indices), Ellipsis)],)
@@ -314,7 +314,7 @@ def _gather_elements(node: Node, opset: int):
     axis = int(node.attr("axis", 0))
 
     def kernel(x, indices):
-        a = _axis(node, axis, x.ndim)
+        a = normalize_axis(node, axis, x.ndim)
         if indices.ndim != x.ndim:
             raise KernelError(f"{node.label}: indices rank {indices.ndim} != data rank {x.ndim}")
         dim = x.shape[a]
@@ -383,7 +383,7 @@ def _expand(node: Node, opset: int):
 def _tile_v1(node: Node, opset: int):
     def kernel(x, tiles, axis):
         reps = [1] * x.ndim
-        reps[_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)] = int(
+        reps[normalize_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)] = int(
             np.asarray(tiles).reshape(-1)[0])
         check_tensor_size(node.label, [d * r for d, r in zip(x.shape, reps)], x.dtype)
         return (np.tile(x, reps),)
