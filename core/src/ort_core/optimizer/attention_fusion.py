@@ -11,9 +11,8 @@ import numpy as np
 
 from ..ir.graph import Node
 from .gelu_fusion import scaled
-from .rewrite import Matcher
+from .rewrite import DOMAIN, Matcher
 
-DOMAIN = "ort_core"
 HEADS, KEYS_T = [0, 2, 1, 3], [0, 2, 3, 1]
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node
-from .rewrite import protected_names
+from .rewrite import fresh_name, protected_names, taken_names
 
 
 def fold_into_conv(graph: Graph) -> int:
@@ -51,15 +51,10 @@ class _Names:
 
     def __init__(self, graph: Graph) -> None:
         self.graph = graph
-        self.taken = set(graph.initializers) | {v.name for v in graph.inputs} | {o for n in graph.nodes
-                                                                                for o in n.outputs}
+        self.taken = taken_names(graph)
 
     def add(self, base: str, value: np.ndarray, constants: dict) -> str:
-        name, k = base, 0
-        while name in self.taken:
-            k += 1
-            name = f"{base}_{k}"
-        self.taken.add(name)
+        name = fresh_name(self.graph, base, self.taken)
         self.graph.initializers[name] = value
         constants[name] = value
         return name

@@ -8,43 +8,43 @@ providers/cpu/ops/fused.py and fused_transformer.py, which run them); this modul
 
 from __future__ import annotations
 
-from ..ir.graph import Graph, Model, Node
+from ..ir.graph import Model, Node
 from .attention_fusion import fuse_attention
 from .gelu_fusion import fuse_gelus
 from .layernorm_fusion import fuse_layer_norms
-from .rewrite import Matcher, protected_names
+from .rewrite import DOMAIN, Matcher
 from .skip_layernorm_fusion import fuse_skip_layer_norms
 
-DOMAIN = "ort_core"
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
 
 
 def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
     """Rewrite in place the patterns whose nodes are all in ``on_cpu`` (node ids); returns count."""
-    fused = fuse_transformer_nodes(model, on_cpu)
-    fused += _Chains(model.graph, on_cpu).fuse()
+    m = Matcher(model, on_cpu)
+    fused = _fuse_transformers(m)
+    fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
     if fused:
         model.opset_imports.setdefault(DOMAIN, 1)
     return fused
 
 
 class _Chains:
-    """Producer + follower fusions, in one topological pass over indexes built once:
+    """Producer + follower fusions, in one topological pass over the ``Matcher``'s indexes:
     Conv + residual Add (+ activation), Conv / Gemm / inference BatchNormalization + activation,
-    MatMul + bias Add."""
+    MatMul + bias Add. Nodes are merged in place and the followers dropped at the end, so the
+    readers index is kept up to date here rather than rebuilt after each fusion."""
 
-    def __init__(self, graph: Graph, on_cpu: set[int]) -> None:
-        self.graph = graph
-        self.on_cpu = on_cpu
-        self.protected = protected_names(graph)
-        self.constants = graph.constant_initializers()
-        self.readers = graph.consumers()
+    def __init__(self, m: Matcher) -> None:
+        self.m = m
+        self.graph = m.graph
+        self.constants = m.constants
+        self.readers = m.consumers
         self.removed: set[int] = set()
 
     def fuse(self) -> int:
         count = 0
         for node in self.graph.topological_order():
-            if id(node) in self.removed or node.id not in self.on_cpu or node.domain not in ("", "ai.onnx"):
+            if id(node) in self.removed or not self.m.eligible(node):
                 continue
             nxt = self.sole_reader(node)
             if nxt is None:
@@ -72,13 +72,9 @@ class _Chains:
 
     def sole_reader(self, node: Node) -> Node | None:
         """The one CPU node of the default domain reading ``node``'s single output (not a graph output)."""
-        outs = [o for o in node.outputs if o]
-        if len(outs) != 1 or len(node.outputs) != 1 or outs[0] in self.protected:
+        if len(node.outputs) != 1 or not node.outputs[0]:
             return None
-        users = self.readers.get(outs[0], [])
-        if len(users) != 1 or users[0].id not in self.on_cpu or users[0].domain not in ("", "ai.onnx"):
-            return None
-        return users[0]
+        return self.m.sole_reader(node.outputs[0])
 
     def fusable_activation(self, producer: Node, act: Node) -> bool:
         """An activation reading the producer's output as its first input; Clip's min/max constants."""
@@ -146,5 +142,8 @@ def _inference_bn(node: Node) -> bool:
 
 def fuse_transformer_nodes(model: Model, on_cpu: set[int]) -> int:
     """LayerNorm and GELU chains first (attention and SkipLayerNorm match across them), MatMul + bias last."""
-    m = Matcher(model, on_cpu)
+    return _fuse_transformers(Matcher(model, on_cpu))
+
+
+def _fuse_transformers(m: Matcher) -> int:
     return sum(fuse(m) for fuse in (fuse_layer_norms, fuse_gelus, fuse_attention, fuse_skip_layer_norms))

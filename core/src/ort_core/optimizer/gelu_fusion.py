@@ -8,9 +8,7 @@ from __future__ import annotations
 import math
 
 from ..ir.graph import Node
-from .rewrite import Matcher
-
-DOMAIN = "ort_core"
+from .rewrite import DOMAIN, Matcher
 
 
 def fuse_gelus(m: Matcher) -> int:

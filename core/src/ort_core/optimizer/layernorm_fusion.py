@@ -8,9 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Node
-from .rewrite import Matcher
-
-DOMAIN = "ort_core"
+from .rewrite import DOMAIN, Matcher
 
 
 def fuse_layer_norms(m: Matcher) -> int:

@@ -1,5 +1,5 @@
 """Small graph-editing helpers shared by the optimizer passes: renaming uses, unique names, and the
-``Matcher`` indexes the CPU provider's pattern fusions walk.
+``Matcher`` indexes the CPU provider's fusions walk.
 
 They edit the IR in place and know nothing about what a pass is trying to achieve.
 """
@@ -9,6 +9,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Model, Node, outer_scope_reads
+
+DOMAIN = "ort_core"  # the domain of the fused ops the CPU provider's fusions make (providers/cpu/ops/fused*.py)
 
 
 def protected_names(graph: Graph) -> set[str]:
@@ -31,22 +33,30 @@ def consumers_of(graph: Graph, name: str) -> list:
     return [n for n in graph.nodes if name in n.inputs]
 
 
-def fresh_name(graph: Graph, base: str) -> str:
-    """A value name not used anywhere in the graph yet."""
-    taken = set(graph.initializers) | {v.name for v in graph.inputs} | {o for n in graph.nodes for o in n.outputs}
+def taken_names(graph: Graph) -> set[str]:
+    """Every value name the graph defines: initializers, inputs and node outputs."""
+    return set(graph.initializers) | {v.name for v in graph.inputs} | {o for n in graph.nodes for o in n.outputs}
+
+
+def fresh_name(graph: Graph, base: str, taken: set[str] | None = None) -> str:
+    """A value name not used anywhere in the graph yet. A caller naming many values passes ``taken``
+    (from ``taken_names``, gathered once); the new name is added to it."""
+    taken = taken_names(graph) if taken is None else taken
     name, k = base, 0
     while name in taken:
         k += 1
         name = f"{base}_{k}"
+    taken.add(name)
     return name
 
 
 class Matcher:
-    """Indexes over a model's graph for the pattern-matching fusions of the CPU provider.
+    """Indexes over a model's graph for the fusions of the CPU provider.
 
     Walks only nodes the CPU provider took (``on_cpu``) in the default domain; ``closed`` checks that
     a pattern's intermediate values are read by nobody outside it; ``replace`` swaps a pattern for one
-    node and rebuilds the indexes.
+    node and rebuilds the indexes (cpu_fusion's producer + follower chains instead edit nodes in place
+    and keep ``consumers`` up to date themselves).
     """
 
     def __init__(self, model: Model, on_cpu: set[int]):

@@ -24,11 +24,14 @@ DOMAIN = "ort_core"
 _NEWEST_ACTIVATION_OPSET = 22  # activation attributes are stable since long before
 
 
-def _split(node: Node, base_op: str, n_base_inputs: int) -> tuple[Node, Node]:
+def _split(node: Node, base_op: str, n_base_inputs: int, act_from: int | None = None) -> tuple[Node, Node]:
+    """The standard op (the first ``n_base_inputs`` inputs) and the activation (its extra inputs from
+    ``act_from``, by default right after the base op's) that ``node`` fuses."""
+    act_from = n_base_inputs if act_from is None else act_from
     base_attrs = {k: v for k, v in node.attrs.items() if not k.startswith("activation")}
     act_attrs = {k[len("activation_"):]: v for k, v in node.attrs.items() if k.startswith("activation_")}
     base = Node(base_op, node.inputs[:n_base_inputs], node.outputs, base_attrs, name=node.name, id=node.id)
-    act = Node(str(node.attr("activation")), ["y", *node.inputs[n_base_inputs:]], node.outputs, act_attrs,
+    act = Node(str(node.attr("activation")), ["y", *node.inputs[act_from:]], node.outputs, act_attrs,
                name=node.name, id=node.id)
     return base, act
 
@@ -77,10 +80,9 @@ def fused_conv_factory(node, opset):
 @register("FusedConvAdd", since=1, domain=DOMAIN)
 def fused_conv_add_factory(node, opset):
     """Conv(X, W, B) + Z, then the optional activation, all on the Conv's fresh output."""
-    conv = conv_factory(Node("Conv", node.inputs[:3], node.outputs,
-                             {k: v for k, v in node.attrs.items() if not k.startswith("activation")},
-                             name=node.name, id=node.id), 11)
-    activate = _activation(_split(node, "Conv", 4)[1]) if node.attr("activation") is not None else None
+    base, act = _split(node, "Conv", 3, act_from=4)  # input 3 is the residual Z
+    conv = conv_factory(base, 11)
+    activate = _activation(act) if node.attr("activation") is not None else None
 
     def kernel(x, w, b, z, *extra):
         (y,) = conv(x, w, b)
