@@ -85,7 +85,8 @@ def quiet_session(path: str, **kwargs):
         return ort_core.InferenceSession(path, **kwargs)
 
 
-def bench_model(model: str, path: str, ort, args, tmp: str) -> dict:
+def bench_model(model: str, path: str, ort, args, tmp: str) -> tuple[dict, dict]:
+    """The model's result row, and the feeds it was timed on."""
     name = _name(model)
     r = {"name": name, "kind": kind_of(model),
          "nodes_file": len(onnx.load(path, load_external_data=False).graph.node)}
@@ -111,7 +112,7 @@ def bench_model(model: str, path: str, ort, args, tmp: str) -> dict:
         r["memory_core"] = measure.peak_memory_mb("ort-core", path, npz, args.repeats)
         if ort is not None:
             r["memory_ort"] = measure.peak_memory_mb("onnxruntime", path, npz, args.repeats)
-    return r
+    return r, feeds
 
 
 def latency(r: dict, path: str, ort, args, floor) -> dict:
@@ -128,8 +129,7 @@ def latency(r: dict, path: str, ort, args, floor) -> dict:
     fns = [lambda s=s: s.run(None, feeds) for s in sessions]
     if floor is not None:
         fns.append(floor)
-    r["runs"], block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 5)
-    times = measure.timed(fns, r["runs"], block=block)
+    r["runs"], times = _rounds(fns, args)
     if floor is not None:
         r["floor_ms"] = measure.summary(times.pop())[0]
     r["core_ms"], r["core_p90"] = measure.summary(times[0])
@@ -138,13 +138,10 @@ def latency(r: dict, path: str, ort, args, floor) -> dict:
     return feeds
 
 
-def extra_latency(name: str, path: str, ort, extras: list, args) -> list[dict]:
-    """The second pass: onnxruntime and ort-core's other providers in alternating rounds, one row per
-    provider. Run after every CPU measurement, so that the thread pools these providers start (OpenMP,
-    TBB) never share the cores with the CPU providers' timings."""
-    probe = ort_core.InferenceSession(path)
-    feeds = models.feeds(probe.get_inputs())
-    del probe
+def extra_latency(name: str, path: str, feeds: dict, ort, extras: list, args) -> list[dict]:
+    """The second pass: onnxruntime and ort-core's other providers in alternating rounds on the first
+    pass's ``feeds``, one row per provider. Run after every CPU measurement, so that the thread pools
+    these providers start (OpenMP, TBB) never share the cores with the CPU providers' timings."""
     sessions, labels, out_ort = [], [], None
     if ort is not None:
         theirs = ort.InferenceSession(path, providers=[measure.CPU])
@@ -159,8 +156,7 @@ def extra_latency(name: str, path: str, ort, extras: list, args) -> list[dict]:
     if not labels:
         return []
     fns = [lambda s=s: s.run(None, feeds) for s in sessions]
-    runs, block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 5)
-    times = measure.timed(fns, runs, block=block)
+    times = _rounds(fns, args)[1]
     ort_ms = measure.summary(times[0])[0] if ort is not None else None
     rows = []
     for label, sess, t in zip(labels, sessions[len(sessions) - len(labels):], times[len(times) - len(labels):]):
@@ -168,6 +164,12 @@ def extra_latency(name: str, path: str, ort, extras: list, args) -> list[dict]:
         diff = max_diff(sess.run(None, feeds), out_ort)[0] if out_ort is not None else None
         rows.append({"model": name, "label": label, "ms": ms, "p90": p90, "diff": diff, "ort_ms": ort_ms})
     return rows
+
+
+def _rounds(fns: list, args) -> tuple[int, list[np.ndarray]]:
+    """The number of timed runs that fits the budget, and each function's times over them (ms)."""
+    runs, block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 5)
+    return runs, measure.timed(fns, runs, block=block)
 
 
 def progress(r: dict) -> str:
@@ -217,17 +219,17 @@ def main() -> None:
         for model in args.models:
             path = models.resolve(model, tmp)
             try:
-                r = bench_model(model, path, ort, args, tmp)
+                r, feeds = bench_model(model, path, ort, args, tmp)
             except Exception as e:  # one broken model must not cost the whole run
                 failed.append((model, _failure(e)))
                 print(f"{model}: failed: {failed[-1][1]}", flush=True)
                 continue
             results.append(r)
-            done.append((model, path, r["name"]))
+            done.append((model, path, r["name"], feeds))
             print(progress(r), flush=True)
-        for model, path, name in done if extras else ():
+        for model, path, name, feeds in done if extras else ():
             try:
-                extra_rows += extra_latency(name, path, ort, extras, args)
+                extra_rows += extra_latency(name, path, feeds, ort, extras, args)
             except Exception as e:  # noqa: BLE001 - reported in the table, the run goes on
                 failed.append((f"{model} (other providers)", _failure(e)))
             print(f"{name}: other providers timed", flush=True)

@@ -164,9 +164,8 @@ def _peak_worker(runtime: str, path: str, feeds_npz: str, runs: int) -> None:
 # --------------------------------------------------------------------------------------- BLAS floor
 def profile_ort_core(path: str, make_feeds, runs: int, folder: str) -> dict:
     """Run ort-core ``runs`` times with profiling on, on ``make_feeds(session.get_inputs())``. Returns
-    ``steps`` (per executed step: op, median duration in ms, input and output shapes, the attributes
-    of the optimized model's node of that name) and ``nodes`` (node count of the optimized model file,
-    which is saved before the CPU provider's own fusions)."""
+    ``steps``: per executed step, op, median duration in ms, input and output shapes, the attributes
+    of the optimized model's node of that name."""
     import onnx
 
     import ort_core
@@ -196,7 +195,7 @@ def profile_ort_core(path: str, make_feeds, runs: int, folder: str) -> dict:
                       "inputs": [_shape(d) for d in e["args"]["input_type_shape"]],
                       "outputs": [_shape(d) for d in e["args"]["output_type_shape"]],
                       "attrs": attrs.get(name.group(1), {}) if name else {}})
-    return {"steps": steps, "nodes": len(optimized.graph.node)}
+    return {"steps": steps}
 
 
 def _shape(type_shape: dict) -> list[int] | None:

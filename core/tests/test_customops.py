@@ -56,6 +56,13 @@ def opsets(*domains):
     return [helper.make_opsetid(d, 1) for d in domains]
 
 
+def session_options(*ops):
+    """SessionOptions with ``ops`` registered."""
+    so = ort.SessionOptions()
+    so.register_custom_op(*ops)
+    return so
+
+
 def vi(name, elem=T.FLOAT, shape=None):
     return helper.make_tensor_value_info(name, elem, shape)
 
@@ -94,8 +101,7 @@ def mixed_ref(x, b):
 
 
 def mixed_session(example_lib):
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     so.register_custom_ops_library(example_lib)
     return ort.InferenceSession(mixed_model(), so)
 
@@ -143,8 +149,7 @@ def test_python_op_on_doubles_with_optional_input():
                                          scale=0.5, shift=2.0)],
                        [vi("x", T.DOUBLE, [2, 3]), vi("b", T.DOUBLE, [3])], [untyped("y"), untyped("s")],
                        extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     sess = ort.InferenceSession(model, so)
     x, b = np.arange(6.0).reshape(2, 3), np.array([1.0, -1.0, 0.5])
     y, s = sess.run(None, {"x": x, "b": b})
@@ -158,8 +163,7 @@ def test_variadic_python_op_takes_any_number_of_inputs():
                         helper.make_node("MaxOf", ["a"], ["m1"], domain="test.ops")],
                        [vi("a", T.INT64, [3]), vi("b", T.INT64, [3]), vi("c", T.INT64, [3])],
                        [vi("m3", T.INT64, [3]), vi("m1", T.INT64, [3])], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(MaxOf)
+    so = session_options(MaxOf)
     a, b, c = np.array([1, 5, -2]), np.array([4, 0, -3]), np.array([2, 2, 9])
     m3, m1 = ort.InferenceSession(model, so).run(None, {"a": a, "b": b, "c": c})
     np.testing.assert_array_equal(m3, [4, 5, 9])
@@ -184,8 +188,7 @@ def test_class_api_with_inference_and_required_attribute():
 
     model = make_model([helper.make_node("Repeat", ["x"], ["y", "n"], domain="test.ops", times=3, axis=1)],
                        [vi("x", T.INT32, [2, "W"])], [untyped("y"), untyped("n")], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(Repeat)  # the class itself is accepted and instantiated
+    so = session_options(Repeat)  # the class itself is accepted and instantiated
     sess = ort.InferenceSession(model, so)
     assert [(o.name, o.type, o.shape) for o in sess.get_outputs()] == [
         ("y", "tensor(int32)", [2, None]), ("n", "tensor(int64)", [])]
@@ -212,8 +215,7 @@ def test_output_types_from_inference_function():
         outputs=[ort.CustomOpOutput("Y", "T"), ort.CustomOpOutput("Stats", "float")],
         type_constraints={"T": ["float", "double"]}, attributes={"scale": 1.0, "shift": 0.0, "mode": "linear"},
         kernel=ScaleShift._kernel, infer=lambda x, bias, **attrs: [(x.dtype, x.shape), ("float", (2,))])
-    so = ort.SessionOptions()
-    so.register_custom_op(op)
+    so = session_options(op)
     sess = ort.InferenceSession(_single_scale_model(untyped("y")), so)
     outs = sess.get_outputs()
     assert [(o.type, o.shape) for o in outs] == [("tensor(float)", ["N", 4]), ("tensor(float)", [2])]
@@ -225,8 +227,7 @@ def test_output_types_from_inference_function():
 
 
 def test_output_types_from_declaration_then_first_run():
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     sess = ort.InferenceSession(_single_scale_model(vi("y", 0, None)), so)
     # element types follow from the declaration ('T' bound by the float input), ranks are not known yet
     assert [(o.type, o.shape) for o in sess.get_outputs()] == [("tensor(float)", []), ("tensor(float)", [])]
@@ -236,8 +237,7 @@ def test_output_types_from_declaration_then_first_run():
 
 
 def test_declared_model_types_are_kept():
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     sess = ort.InferenceSession(_single_scale_model(vi("y", T.FLOAT, ["batch", 4])), so)
     sess.run(None, {"x": np.zeros((2, 4), np.float32)})
     assert sess.get_outputs()[0].shape == ["batch", 4]
@@ -250,8 +250,7 @@ def test_inference_function_that_raises_names_node():
     op = ort.CustomOp("test.ops", "Boom", inputs=["float"], outputs=["float"], kernel=lambda x: x, infer=infer)
     model = make_model([helper.make_node("Boom", ["x"], ["y"], domain="test.ops", name="b")],
                        [vi("x", T.FLOAT, [1])], [untyped("y")], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(op)
+    so = session_options(op)
     with pytest.raises(ort.InvalidGraph, match=r"node 'b' \(test.ops::Boom\).*ZeroDivisionError: bad infer"):
         ort.InferenceSession(model, so)
 
@@ -259,8 +258,7 @@ def test_inference_function_that_raises_names_node():
 # -------------------------------------------------------------- registration
 def test_session_registration_is_per_session():
     model = _single_scale_model(untyped("y"))
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     x = np.full((1, 4), 2, np.float32)
     np.testing.assert_array_equal(ort.InferenceSession(model, so).run(["y"], {"x": x})[0], x)
     with pytest.raises(ort.NotImplementedOp) as err:
@@ -280,8 +278,7 @@ def test_global_registration_and_session_precedence():
     ort.register_custom_op(ScaleShift)
     try:
         np.testing.assert_array_equal(ort.InferenceSession(model).run(["y"], {"x": x})[0], x)
-        so = ort.SessionOptions()
-        so.register_custom_op(doubled)  # session registrations win over global ones
+        so = session_options(doubled)  # session registrations win over global ones
         np.testing.assert_array_equal(ort.InferenceSession(model, so).run(["y"], {"x": x})[0], 2 * x)
     finally:
         ort.unregister_custom_op(ScaleShift)
@@ -294,16 +291,14 @@ def test_opset_range_mismatch_is_reported():
                       kernel=lambda x: x)
     model = make_model([helper.make_node("Later", ["x"], ["y"], domain="test.ops", name="l")],
                        [vi("x", T.FLOAT, [1])], [vi("y", T.FLOAT, [1])], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(op)
+    so = session_options(op)
     with pytest.raises(ort.NotImplementedOp, match=r"registered for opset\(s\) 3..4 of domain 'test.ops', but the "
                                                    r"model imports version 1"):
         ort.InferenceSession(model, so)
 
 
 def test_overlapping_registration_is_refused():
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     so.register_custom_op(ScaleShift)  # the same op again: nothing happens
     other = ort.CustomOp("test.ops", "ScaleShift", inputs=["float"], outputs=["float"], kernel=lambda x: x)
     with pytest.raises(ort.InvalidArgument, match="overlaps the already registered"):
@@ -317,8 +312,7 @@ def test_overlapping_registration_is_refused():
 def test_static_type_constraint_violation_fails_at_creation():
     model = make_model([helper.make_node("ScaleShift", ["x"], ["y", "s"], domain="test.ops", name="bad")],
                        [vi("x", T.INT64, [2])], [untyped("y"), untyped("s")], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     with pytest.raises(ort.InvalidGraph, match=r"node 'bad' \(test.ops::ScaleShift\).*input 0 \('x'\).*"
                                                r"tensor\(int64\).*'X' accepts T: \{double, float\}"):
         ort.InferenceSession(model, so)
@@ -328,8 +322,7 @@ def test_type_constraint_binding_conflict():
     model = make_model([helper.make_node("ScaleShift", ["x", "b"], ["y", "s"], domain="test.ops", name="mix")],
                        [vi("x", T.FLOAT, [2]), vi("b", T.DOUBLE, [2])], [untyped("y"), untyped("s")],
                        extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     with pytest.raises(ort.InvalidGraph, match=r"input 1 \('b'\).*tensor\(double\).*'T' is already bound to "
                                                r"tensor\(float\)"):
         ort.InferenceSession(model, so)
@@ -341,8 +334,7 @@ def test_run_time_type_check_when_static_type_is_unknown():
     model = make_model([helper.make_node("Truncate", ["x"], ["t"], domain="test.ops", name="trunc"),
                         helper.make_node("ScaleShift", ["t"], ["y", "s"], domain="test.ops", name="scale")],
                        [vi("x", T.FLOAT, [2])], [untyped("y"), untyped("s")], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(to_int, ScaleShift)
+    so = session_options(to_int, ScaleShift)
     sess = ort.InferenceSession(model, so)
     with pytest.raises(ort.InvalidArgument, match=r"node 'scale' \(test.ops::ScaleShift\).*input 0 \('X'\) of "
                                                   r"custom op test.ops::ScaleShift has type tensor\(int64\)"):
@@ -351,8 +343,7 @@ def test_run_time_type_check_when_static_type_is_unknown():
     typed = ort.CustomOp("test.ops", "Truncate", inputs=["float"], outputs=["U"],
                          type_constraints={"U": ["int64", "float"]}, kernel=lambda x: x.astype(np.int64),
                          infer=lambda x: ("int64", x.shape))
-    so = ort.SessionOptions()
-    so.register_custom_op(typed, ScaleShift)
+    so = session_options(typed, ScaleShift)
     with pytest.raises(ort.InvalidGraph, match=r"node 'scale' .*input 0 \('t'\) .*tensor\(int64\)"):
         ort.InferenceSession(model, so)
 
@@ -367,15 +358,13 @@ def test_kernel_returning_wrong_dtype_or_count_is_reported():
         (lambda x: (x, x), r"node 'sl'.*returned 2 output\(s\), expected 1"),
         (lambda x: None, r"node 'sl'.*returned None for output 0 \('output0'\), which is not declared optional"),
     ]:
-        so = ort.SessionOptions()
-        so.register_custom_op(ort.CustomOp("test.ops", "Sloppy", inputs=["float"], outputs=["float"], kernel=kernel))
+        so = session_options(ort.CustomOp("test.ops", "Sloppy", inputs=["float"], outputs=["float"], kernel=kernel))
         with pytest.raises(ort.KernelError, match=pattern):
             ort.InferenceSession(model, so).run(None, {"x": x})
 
 
 def test_attribute_errors_name_node_and_attribute():
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     for attrs, pattern in [({"scal": 2.0}, r"attribute\(s\) \['scal'\] are not declared.*'mode', 'scale', 'shift'"),
                            ({"scale": "big"}, r"attribute 'scale' of custom op test.ops::ScaleShift: expected a "
                                               r"float, got 'big'"),
@@ -387,8 +376,7 @@ def test_attribute_errors_name_node_and_attribute():
 
 
 def test_arity_errors():
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift, MaxOf)
+    so = session_options(ScaleShift, MaxOf)
     cases = [
         (helper.make_node("ScaleShift", ["x", "x", "x"], ["y", "s"], domain="test.ops", name="a"),
          r"the node has 3 inputs; custom op test.ops::ScaleShift declares 2"),
@@ -413,8 +401,7 @@ def test_python_kernel_that_raises_names_node_and_chains_the_exception():
                       kernel=explode)
     model = make_model([helper.make_node("Explode", ["x"], ["y"], domain="test.ops", name="kaboom")],
                        [vi("x", T.FLOAT, [1])], [untyped("y")], extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(op)
+    so = session_options(op)
     sess = ort.InferenceSession(model, so)
     with pytest.raises(ort.KernelError) as err:
         sess.run(None, {"x": np.ones(1, np.float32)})
@@ -517,8 +504,7 @@ def test_a_plugin_may_claim_custom_ops(tmp_path, fresh_registry):
                         helper.make_node("Relu", ["y"], ["r"], name="relu")],
                        [vi("x", T.FLOAT, [4])], [vi("r", T.FLOAT, [4]), untyped("s")],
                        extra_opsets=opsets("test.ops"))
-    so = ort.SessionOptions()
-    so.register_custom_op(ScaleShift)
+    so = session_options(ScaleShift)
     with pytest.warns(ort.OrtWarning, match="ClaimerExecutionProvider: 1/2 nodes"):
         sess = ort.InferenceSession(model, so, providers=["ClaimerExecutionProvider"])
     assert [(a.provider, a.node_names) for a in sess.get_provider_graph_assignment_info()] == [

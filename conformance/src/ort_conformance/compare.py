@@ -51,7 +51,7 @@ def mismatch(expected, got, rtol: float, atol: float, where: str = "output") -> 
         if expected.dtype.name == "bfloat16":
             rtol = max(rtol, 2 ** -6)  # two bfloat16 ulps, as onnx's own runner allows
         expected, got = expected.astype(np.float32), got.astype(np.float32)
-    if expected.dtype.kind == "b" or expected.dtype.kind in "iu":
+    if expected.dtype.kind in "biu":
         if not np.array_equal(got, expected):
             bad = int(np.sum(got != expected))
             return f"{where}: {bad} of {expected.size} values differ"

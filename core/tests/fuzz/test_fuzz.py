@@ -36,28 +36,31 @@ def _run(request, test):
     fuzz()
 
 
-def test_mutated_model_bytes(request):
+def _draw_rng(data):
+    return np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="rng"))
+
+
+def _fuzz_model(request, mutate):
+    """Run each drawn seed's model, changed by ``mutate(draw, seed)``, through ``exercise``."""
     def one(data):
         seed = _draw_seed(data)
-        mutated = mutate_bytes(data.draw, st, seed.model.SerializeToString())
-        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="rng"))
-        exercise(mutated, seed.feeds, seed.name, rng)
+        mutated = mutate(data.draw, seed)
+        exercise(mutated, seed.feeds, seed.name, _draw_rng(data))
     _run(request, one)
+
+
+def test_mutated_model_bytes(request):
+    _fuzz_model(request, lambda draw, seed: mutate_bytes(draw, st, seed.model.SerializeToString()))
 
 
 def test_mutated_model_structure(request):
-    def one(data):
-        seed = _draw_seed(data)
-        mutated = mutate_model(data.draw, st, seed.model)
-        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="rng"))
-        exercise(mutated, seed.feeds, seed.name, rng)
-    _run(request, one)
+    _fuzz_model(request, lambda draw, seed: mutate_model(draw, st, seed.model))
 
 
 def test_mutated_feeds(request):
     def one(data):
         seed = _draw_seed(data)
-        rng = np.random.default_rng(data.draw(st.integers(0, 2 ** 32 - 1), label="rng"))
+        rng = _draw_rng(data)
         import ort_core as ort
 
         try:

@@ -136,7 +136,6 @@ def _samples(dt: np.dtype, rng) -> list[np.ndarray]:
 
 def test_data_transfer_round_trips_every_dtype(provider, ort_state):
     reg = get_registry()
-    host = HOST
     transfer = reg.data_transfer(provider)
     rng = np.random.default_rng(0)
     problems = []
@@ -144,8 +143,8 @@ def test_data_transfer_round_trips_every_dtype(provider, ort_state):
         for dt in _dtypes():
             for a in _samples(dt, rng):
                 try:
-                    on_dev = transfer.copy(a, host, device)
-                    back = transfer.copy(on_dev, device, host)
+                    on_dev = transfer.copy(a, HOST, device)
+                    back = transfer.copy(on_dev, device, HOST)
                 except Exception as e:  # noqa: BLE001
                     problems.append(f"{dt} {a.shape} via {device}: {type(e).__name__}: {e}")
                     break
@@ -170,13 +169,13 @@ def _probe_cases(provider: str, limit: int = 6):
         if not cap.claimed:
             continue
         try:
+            inputs, _ = case.data_sets[0]
+            if not all(isinstance(x, np.ndarray) for x in inputs):
+                continue
             sess = ort.InferenceSession(case.model.SerializeToString(), session_options(False),
                                         providers=providers_for(provider))
-            inputs, _ = case.data_sets[0]
             sess.run(None, case.feeds(inputs))
         except Exception:  # noqa: BLE001 - only clean cases make good probes
-            continue
-        if not all(isinstance(x, np.ndarray) for x in inputs):
             continue
         picked.append(case)
         if len(picked) == limit:

@@ -7,6 +7,8 @@ claims nothing in are skipped for plugins; for the CPU provider every case count
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 
 from ort_conformance import known
@@ -33,10 +35,6 @@ def test_node(provider, node_case, ort_state):
     check_case(provider, node_case, ort_state)
 
 
-_CPU_KNOWN: dict[str, str] = {}
-
-
+@functools.cache
 def _cpu_known_failures() -> dict[str, str]:
-    if not _CPU_KNOWN:
-        _CPU_KNOWN.update(known.load(known.default_path(CPU)))
-    return _CPU_KNOWN
+    return known.load(known.default_path(CPU))
