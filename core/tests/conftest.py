@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 
 import numpy as np
@@ -28,6 +29,33 @@ def make_model(nodes, inputs, outputs, initializers=(), opset=17, ir_version=8, 
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset), *extra_opsets])
     model.ir_version = ir_version
     return model
+
+
+_PLUGIN_SOURCES = {"ort_ep_example": "plugins/ort-ep-example", "ort_ep_recorder": "core/tests/fixtures/ort-ep-recorder"}
+
+
+def import_test_plugins(*modules: str) -> list:
+    """Import modules of the test plugins (example, recorder); a missing one fails the test saying what to install."""
+    try:
+        return [importlib.import_module(m) for m in modules]
+    except ImportError:  # pragma: no cover - nox -s tests installs them
+        wanted = " and ".join(dict.fromkeys(_PLUGIN_SOURCES[m.partition(".")[0]] for m in modules))
+        pytest.fail(f"install {wanted} (nox -s tests does)")
+
+
+def record_copies(monkeypatch, *transfer_classes) -> list[tuple[str, str]]:
+    """Patch each DataTransfer class so that every copy() it makes appends (src, dst), as strings, to the
+    returned list, in order."""
+    seen: list[tuple[str, str]] = []
+    for cls in transfer_classes:
+        original = cls.copy
+
+        def counting(self, value, src, dst, _original=original):
+            seen.append((str(src), str(dst)))
+            return _original(self, value, src, dst)
+
+        monkeypatch.setattr(cls, "copy", counting)
+    return seen
 
 
 @pytest.fixture

@@ -12,26 +12,15 @@ import ort_core as ort
 from ort_core.cli import main
 from ort_core.session import STRICT_KEY
 
-from .conftest import make_model
+from .conftest import import_test_plugins, make_model, record_copies
 
 EXAMPLE, SECOND, CPU = "ExampleExecutionProvider", "SecondDeviceExecutionProvider", "CPUExecutionProvider"
 
 
 @pytest.fixture
 def plugins(monkeypatch):
-    try:
-        from ort_ep_example import memory as example_memory
-        from ort_ep_recorder import plugin as recorder
-    except ImportError:  # pragma: no cover - nox -s tests installs both
-        pytest.fail("install plugins/ort-ep-example and core/tests/fixtures/ort-ep-recorder (nox -s tests does)")
-    example_copies: list[tuple[str, str]] = []
-    original = example_memory.ExampleDataTransfer.copy
-
-    def counting(self, value, src, dst):
-        example_copies.append((str(src), str(dst)))
-        return original(self, value, src, dst)
-
-    monkeypatch.setattr(example_memory.ExampleDataTransfer, "copy", counting)
+    example_memory, recorder = import_test_plugins("ort_ep_example.memory", "ort_ep_recorder.plugin")
+    example_copies = record_copies(monkeypatch, example_memory.ExampleDataTransfer)
     recorder.COPIES.clear()
     return example_copies, recorder.COPIES
 

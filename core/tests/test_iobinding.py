@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 import ort_core as ort
 
-from .conftest import make_model
+from .conftest import import_test_plugins, make_model, record_copies
 
 EXAMPLE, SECOND, CPU = "ExampleExecutionProvider", "SecondDeviceExecutionProvider", "CPUExecutionProvider"
 F32 = TensorProto.FLOAT
@@ -26,21 +26,8 @@ H2D, D2H = ("cpu:0", "example:0"), ("example:0", "cpu:0")
 @pytest.fixture
 def copies(monkeypatch):
     """(src, dst) of every copy made by the example's and the second device's transfers, in order."""
-    try:
-        from ort_ep_example import memory
-        from ort_ep_recorder import plugin as recorder
-    except ImportError:  # pragma: no cover - nox -s tests installs both
-        pytest.fail("install plugins/ort-ep-example and core/tests/fixtures/ort-ep-recorder (nox -s tests does)")
-    seen: list[tuple[str, str]] = []
-    for cls in (memory.ExampleDataTransfer, recorder.SecondTransfer):
-        original = cls.copy
-
-        def counting(self, value, src, dst, _original=original):
-            seen.append((str(src), str(dst)))
-            return _original(self, value, src, dst)
-
-        monkeypatch.setattr(cls, "copy", counting)
-    return seen
+    memory, recorder = import_test_plugins("ort_ep_example.memory", "ort_ep_recorder.plugin")
+    return record_copies(monkeypatch, memory.ExampleDataTransfer, recorder.SecondTransfer)
 
 
 def model_and_reference():

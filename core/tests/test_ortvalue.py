@@ -19,7 +19,7 @@ from ort_core.memory import HOST, Allocator, Device, HostArena, host_arena
 from ort_core.memory.arena import size_class
 from ort_core.plugins.manager import CPU, get_registry
 
-from .conftest import make_model
+from .conftest import import_test_plugins, make_model, record_copies
 
 EXAMPLE = Device("example", 0)
 
@@ -35,19 +35,8 @@ DTYPES = {
 @pytest.fixture
 def example_copies(monkeypatch):
     """(src, dst) of every copy the example provider's data transfer makes."""
-    try:
-        from ort_ep_example import memory
-    except ImportError:  # pragma: no cover - nox -s tests installs it
-        pytest.fail("install plugins/ort-ep-example (nox -s tests does)")
-    seen: list[tuple[str, str]] = []
-    original = memory.ExampleDataTransfer.copy
-
-    def counting(self, value, src, dst):
-        seen.append((str(src), str(dst)))
-        return original(self, value, src, dst)
-
-    monkeypatch.setattr(memory.ExampleDataTransfer, "copy", counting)
-    return seen
+    (memory,) = import_test_plugins("ort_ep_example.memory")
+    return record_copies(monkeypatch, memory.ExampleDataTransfer)
 
 
 def _sample(dtype, shape=(2, 3)):

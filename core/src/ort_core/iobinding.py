@@ -154,11 +154,7 @@ class IOBinding:
         self._results = results
 
     def _input_arg(self, name: str) -> NodeArg:
-        arg = self._session._feedable.get(name)
-        if arg is None:
-            raise InvalidArgument(f"invalid input name '{name}'; the model's inputs are "
-                                  f"{[a.name for a in self._session.get_inputs()]}")
-        return arg
+        return self._session._feedable_arg(name)
 
     def _output_name(self, name: str) -> None:
         names = [o.name for o in self._session.get_outputs()]

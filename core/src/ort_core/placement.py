@@ -40,7 +40,7 @@ def explain(session) -> str:
             lines.append(f"  {p}:")
             for nid, why in sorted(reasons.items()):
                 lines.append(f"    {_name(by_id[nid])}: {why}")
-    copies = [s.label for s in session._plan.steps if s.label.startswith("copy of ")]
+    copies = [s.label for s in session._plan.steps if s.copy]
     lines += ["", f"copies between devices per run: {len(copies)}"]
     lines += [f"  {c[len('copy of '):]}" for c in copies]
     return "\n".join(lines)

@@ -40,7 +40,7 @@ from .options import RunOptions, SessionOptions
 from .partition import partition
 from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, get_registry
-from .plugins.types import FusedSubgraph, constant_initializers
+from .plugins.types import FusedSubgraph
 from .profiling import Profiler
 
 STRICT_KEY = "session.disable_cpu_ep_fallback"
@@ -138,7 +138,7 @@ class InferenceSession:
         b = PlanBuilder()
         inits = graph.initializers
         overridable = {v.name for v in graph.inputs if v.name in inits}
-        b.constants = set(constant_initializers(graph))
+        b.constants = set(graph.constant_initializers())
         for name, value in inits.items():
             b.define(name, HOST, value)
         for v in graph.inputs:
@@ -212,9 +212,7 @@ class InferenceSession:
             self._profiler.record("Session", "model_run", t0, time.perf_counter_ns(), {})
         else:
             results = self._plan.run(feeds, want, run_options)
-        for n, r in zip(names, results):
-            if r is None and n not in self._optional_outputs:
-                raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
+        self._check_computed(names, results)
         return results
 
     def _feedable_arg(self, name: str) -> NodeArg:
@@ -228,6 +226,11 @@ class InferenceSession:
         missing = [n for n in self._required if n not in given]
         if missing:
             raise InvalidArgument(f"missing input(s) {missing}; the model requires {self._required}{hint}")
+
+    def _check_computed(self, names, results) -> None:
+        for n, r in zip(names, results):
+            if r is None and n not in self._optional_outputs:
+                raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
 
     def _check_output_names(self, names) -> None:
         unknown = [n for n in names if n not in self._output_slots]
@@ -427,8 +430,9 @@ def _refuse_cpu_fallback(graph, part) -> None:
     if not left:
         return
     lines = []
+    by_id = graph.nodes_by_id()
     for nid in left[:10]:
-        node = graph.node_by_id(nid)
+        node = by_id[nid]
         reasons = "; ".join(f"{p}: {r[nid]}" for p, r in part.declined.items() if nid in r and p != CPU)
         lines.append(f"  {node.label}: {reasons or 'not claimed'}")
     more = f"\n  ... and {len(left) - 10} more" if len(left) > 10 else ""
@@ -508,12 +512,11 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
     sess._check_all_fed(inputs, " (bind them before running)")
     if not outputs:
         raise InvalidArgument("no output requested: bind at least one output (bind_output)")
-    sess._check_output_names([n for n, _ in outputs])
+    names = [n for n, _ in outputs]
+    sess._check_output_names(names)
     route = sess._plan.route(placed, tuple(outputs), direct_copier)
     for name, value in on_device.items():
         feeds[route.inputs[name]] = value
     results = sess._plan.run(feeds, route.want, run_options, route)
-    for (n, _), r in zip(outputs, results):
-        if r is None and n not in sess._optional_outputs:
-            raise InvalidGraph(f"output '{n}' was not computed (an upstream kernel omitted it)")
+    sess._check_computed(names, results)
     return results

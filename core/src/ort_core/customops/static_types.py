@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 
-from ..ir.graph import Graph, ValueInfo
+from ..ir.graph import Graph, ValueInfo, is_onnx_domain
 from ..ir.types import ValueType, elem_type_of
 
 
@@ -48,7 +48,7 @@ def infer_static_types(graph: Graph, opsets: dict[str, int], registry) -> None:
     if not registry:
         return
     for node in graph.topological_order():
-        if node.domain in ("", "ai.onnx"):
+        if is_onnx_domain(node.domain):
             continue
         op = registry.lookup(node.domain, node.op_type, opsets.get(node.domain, 0))
         if op is None:

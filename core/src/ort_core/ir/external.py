@@ -16,6 +16,7 @@ import onnx
 
 from ..errors import ExternalDataError, InvalidGraph
 from ..limits import MAX_TENSOR_BYTES_KEY
+from .graph import is_onnx_domain
 
 MAX_SUBGRAPH_DEPTH = 64
 """Deepest nesting of subgraphs (If/Loop/Scan bodies inside bodies) a model may have."""
@@ -34,7 +35,7 @@ def external_tensors(proto: onnx.ModelProto) -> Iterator[onnx.TensorProto]:
 
 
 def nesting_error(node: onnx.NodeProto, graph_name: str) -> InvalidGraph:
-    op = f"{node.domain}::{node.op_type}" if node.domain not in ("", "ai.onnx") else node.op_type
+    op = node.op_type if is_onnx_domain(node.domain) else f"{node.domain}::{node.op_type}"
     who = f"node '{node.name}' ({op})" if node.name else f"a {op} node"
     return InvalidGraph(f"{who} in graph '{graph_name}' holds subgraphs nested more than {MAX_SUBGRAPH_DEPTH} "
                         "levels deep")

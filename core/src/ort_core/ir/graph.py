@@ -14,6 +14,16 @@ import numpy as np
 from .types import ValueType
 
 
+def is_onnx_domain(domain: str) -> bool:
+    """Whether ``domain`` is ONNX's default operator domain, which models spell "" or "ai.onnx"."""
+    return domain in ("", "ai.onnx")
+
+
+def onnx_domain(domain: str) -> str:
+    """The one spelling of a domain used as a key: "ai.onnx" becomes ""; any other domain is kept."""
+    return "" if domain == "ai.onnx" else domain
+
+
 @dataclass
 class Node:
     """One operator application.
@@ -41,7 +51,7 @@ class Node:
     @property
     def label(self) -> str:
         """Human-readable identity used in error messages: name and op type."""
-        op = f"{self.domain}::{self.op_type}" if self.domain not in ("", "ai.onnx") else self.op_type
+        op = self.op_type if is_onnx_domain(self.domain) else f"{self.domain}::{self.op_type}"
         return f"node '{self.name}' ({op})" if self.name else f"node #{self.id} ({op})"
 
     def subgraphs(self) -> list[Graph]:
@@ -192,6 +202,6 @@ class Model:
 
     def opset(self, domain: str = "") -> int:
         """Opset version imported for a domain ('' and 'ai.onnx' are the same domain)."""
-        if domain in ("", "ai.onnx"):
+        if is_onnx_domain(domain):
             return self.opset_imports.get("", self.opset_imports.get("ai.onnx", 0))
         return self.opset_imports.get(domain, 0)

@@ -11,6 +11,8 @@ from collections.abc import Callable, Iterator
 import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper
 
+from .graph import is_onnx_domain, onnx_domain
+
 CHILD_SECONDS = 60.0  # inference of a large model takes a second or two; a helper past this is stuck
 _DATA_ELEMENTS = 1024  # constants this small are shown to inference functions (Reshape's shape, ...)
 _MAX_DEPTH = 64
@@ -53,7 +55,7 @@ def infer_value_types(proto: onnx.ModelProto, mode: str = "isolated",
 def _infer_main(proto: onnx.ModelProto, sink: Callable[[str, TypeProto], None]) -> None:
     opsets: dict[str, int] = {}
     for op in proto.opset_import:
-        domain = "" if op.domain == "ai.onnx" else op.domain
+        domain = onnx_domain(op.domain)
         opsets[domain] = max(opsets.get(domain, 0), op.version)
     if proto.ir_version < 3:
         opsets.setdefault("", 1)
@@ -87,7 +89,7 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
                 scope.types[name] = t
                 if sink is not None:
                     sink(name, t)
-        if node.op_type == "Constant" and node.domain in ("", "ai.onnx") and len(node.output) == 1:
+        if node.op_type == "Constant" and is_onnx_domain(node.domain) and len(node.output) == 1:
             for a in node.attribute:
                 if a.name == "value" and a.type == AttributeProto.TENSOR and _count(a.t.dims) <= _DATA_ELEMENTS:
                     scope.data[node.output[0]] = a.t
@@ -96,7 +98,7 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
 
 def _infer_node(node: onnx.NodeProto, scope: _Scope, depth: int) -> dict[str, TypeProto] | None:
     """The node's output types, or None where asking onnx is unsafe (or it fails)."""
-    domain = "" if node.domain == "ai.onnx" else node.domain
+    domain = onnx_domain(node.domain)
     version = scope.opsets.get(domain, 0)
     names = [i for i in node.input if i]
     if version < 1 or any(i not in scope.types for i in names):

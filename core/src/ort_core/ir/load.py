@@ -19,7 +19,7 @@ from onnx import AttributeProto, numpy_helper
 from ..errors import ExternalDataError, InvalidGraph, InvalidProtobuf, NoSuchFile, OrtError
 from ..limits import DEFAULT_MAX_TENSOR_BYTES, MAX_TENSOR_BYTES_KEY
 from .external import MAX_SUBGRAPH_DEPTH, external_tensors, load_external_data, nesting_error
-from .graph import Graph, Model, Node, ValueInfo
+from .graph import Graph, Model, Node, ValueInfo, onnx_domain
 from .inference import infer_value_types
 from .types import ValueType, np_dtype
 
@@ -126,7 +126,7 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
 def _model_from_proto(proto: onnx.ModelProto, label: str, max_tensor_bytes: int) -> Model:
     opsets: dict[str, int] = {}
     for op in proto.opset_import:
-        dom = "" if op.domain == "ai.onnx" else op.domain
+        dom = onnx_domain(op.domain)
         opsets[dom] = max(opsets.get(dom, 0), op.version)
     if proto.ir_version < 3 and "" not in opsets:
         opsets[""] = 1  # IR v1/v2 models carry no opset_import: they mean opset 1

@@ -10,7 +10,7 @@ from collections.abc import Collection
 
 from ..errors import InvalidGraph
 from .external import MAX_SUBGRAPH_DEPTH
-from .graph import Graph, Model, Node
+from .graph import Graph, Model, Node, onnx_domain
 from .types import elem_type_name
 
 _ONNX_DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview.training", "ai.onnx.preview")
@@ -73,7 +73,7 @@ def _check_graph(graph: Graph, outer: frozenset[str], known_domains: set[str], m
             raise InvalidGraph(f"{where}: graph '{graph.name}' has an output without a name")
     producer: dict[str, Node] = {}
     for node in graph.nodes:
-        domain = "" if node.domain == "ai.onnx" else node.domain
+        domain = onnx_domain(node.domain)
         if domain not in known_domains:
             raise InvalidGraph(f"{where}: {node.label} uses domain '{node.domain}', which the model does not import "
                                "(opset_import) and no registered custom op declares (unknown domain)")

@@ -13,8 +13,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from ..errors import InvalidGraph, NotImplementedOp, OrtWarning, PluginError
-from ..ir.graph import Graph, Node, outer_scope_reads
-from ..plugins.types import FusedSubgraph, GraphView, constant_initializers
+from ..ir.graph import Graph, Node, is_onnx_domain, outer_scope_reads
+from ..plugins.types import FusedSubgraph, GraphView
 
 
 @dataclass
@@ -88,16 +88,16 @@ def topological_order(graph: Graph) -> list[Node]:
 def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[int, str]],
                         opsets: dict[str, int], custom_ops) -> str:
     lines = []
+    by_id = graph.nodes_by_id()
     for nid in ids[:5]:
-        node = graph.node_by_id(nid)
+        node = by_id[nid]
         reasons = "; ".join(f"{p}: {r[nid]}" for p, r in declined.items() if nid in r)
         lines.append(f"  {node.label}: {reasons or 'no provider was asked'}")
-        if node.domain not in ("", "ai.onnx"):
+        if not is_onnx_domain(node.domain):
             lines.append("    " + _custom_op_hint(node, opsets.get(node.domain, 0), custom_ops))
     more = f"\n  ... and {len(ids) - 5} more" if len(ids) > 5 else ""
     how = ""
-    by_id = graph.nodes_by_id()
-    if any(by_id[i].domain not in ("", "ai.onnx") for i in ids):
+    if any(not is_onnx_domain(by_id[i].domain) for i in ids):
         how = ("\nTo register a custom op: in Python, declare it with @ort_core.custom_op(domain, op_type, inputs=..., "
                "outputs=...) and register it with SessionOptions.register_custom_op(op) (one session) or "
                "ort_core.register_custom_op(op) (every session); in C, build a library against "
@@ -110,7 +110,7 @@ def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: di
     groups = _group(graph, order, assignment, fuse)
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
-    constants = constant_initializers(graph)
+    constants = graph.constant_initializers()
     out = []
     for k, (p, nodes) in enumerate(groups):
         out.append((p, _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants)))
