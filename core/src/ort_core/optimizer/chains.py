@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, is_onnx_domain
 from .rewrite import protected_names, rename_uses
 
 
@@ -22,7 +22,7 @@ def simplify_chains(graph: Graph) -> int:
         producers = graph.producers()
         readers = graph.consumers()  # valid for this round: the loop restarts after each rewrite
         for node in list(graph.nodes):
-            if node.domain not in ("", "ai.onnx") or not node.inputs or not node.inputs[0]:
+            if not is_onnx_domain(node.domain) or not node.inputs or not node.inputs[0]:
                 continue
             inner = producers.get(node.inputs[0])
             if node.op_type == "Cast" and _cast_is_noop(graph, node):
@@ -32,10 +32,10 @@ def simplify_chains(graph: Graph) -> int:
                 graph.nodes = [n for n in graph.nodes if n is not node]
             elif inner is None or inner.outputs[0] in protected or len(readers.get(inner.outputs[0], ())) != 1:
                 continue
-            elif node.op_type == "Transpose" and inner.op_type == "Transpose" and inner.domain in ("", "ai.onnx"):
+            elif node.op_type == "Transpose" and inner.op_type == "Transpose" and is_onnx_domain(inner.domain):
                 if not _compose_transposes(graph, inner, node, protected):
                     continue
-            elif node.op_type == "Reshape" and inner.op_type == "Reshape" and inner.domain in ("", "ai.onnx"):
+            elif node.op_type == "Reshape" and inner.op_type == "Reshape" and is_onnx_domain(inner.domain):
                 if not _skip_inner_reshape(graph, inner, node):
                     continue
             else:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..ir.graph import Model, Node
+from ..ir.graph import Model, Node, is_onnx_domain
 
 NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial",
               "Bernoulli", "If", "Loop", "Scan"}
@@ -43,6 +43,6 @@ def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
 
 
 def _foldable(node: Node, constants: set[str]) -> bool:
-    if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD or node.subgraphs():
+    if not is_onnx_domain(node.domain) or node.op_type in NEVER_FOLD or node.subgraphs():
         return False
     return all(i in constants for i in node.inputs if i)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, is_onnx_domain
 from .rewrite import fresh_name, protected_names, taken_names
 
 
@@ -62,13 +62,13 @@ class _Names:
 
 def _foldable_conv(graph: Graph, node: Node, constants: dict, protected: set[str],
                    producers: dict[str, Node], readers: dict[str, int]) -> Node | None:
-    if node.domain not in ("", "ai.onnx") or node.op_type not in ("BatchNormalization", "Mul", "Add"):
+    if not is_onnx_domain(node.domain) or node.op_type not in ("BatchNormalization", "Mul", "Add"):
         return None
     x = node.inputs[0] if node.op_type == "BatchNormalization" else _other_than_constant(node, constants)
     if x is None:
         return None
     conv = producers.get(x)
-    if conv is None or conv.op_type != "Conv" or conv.domain not in ("", "ai.onnx") or x in protected:
+    if conv is None or conv.op_type != "Conv" or not is_onnx_domain(conv.domain) or x in protected:
         return None
     if readers.get(x, 0) != 1 or conv.inputs[1] not in constants:
         return None
@@ -88,11 +88,11 @@ def _inference_batch_norm(node: Node, constants: dict) -> bool:
 def _foldable_batch_norm(graph: Graph, node: Node, constants: dict, protected: set[str],
                          producers: dict[str, Node], readers: dict[str, int]) -> Node | None:
     """The inference BatchNormalization whose output only ``node`` (Mul/Add by a constant) reads."""
-    if node.domain not in ("", "ai.onnx") or node.op_type not in ("Mul", "Add"):
+    if not is_onnx_domain(node.domain) or node.op_type not in ("Mul", "Add"):
         return None
     x = _other_than_constant(node, constants)
     bn = producers.get(x) if x is not None else None
-    if bn is None or bn.op_type != "BatchNormalization" or bn.domain not in ("", "ai.onnx") or x in protected:
+    if bn is None or bn.op_type != "BatchNormalization" or not is_onnx_domain(bn.domain) or x in protected:
         return None
     if len(bn.inputs) < 5 or not _inference_batch_norm(bn, constants) or readers.get(x, 0) != 1:
         return None

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph, Node
+from ..ir.graph import Graph, Node, is_onnx_domain
 from .rewrite import protected_names, rename_uses
 
 
@@ -18,7 +18,7 @@ def remove_identities(graph: Graph) -> int:
     used = {i for n in graph.nodes for i in n.inputs if i}
     removed = []
     for node in graph.nodes:
-        if node.domain not in ("", "ai.onnx") or not node.inputs or not node.inputs[0]:
+        if not is_onnx_domain(node.domain) or not node.inputs or not node.inputs[0]:
             continue
         if node.op_type == "Identity" or (node.op_type == "Dropout" and _is_inference(node, graph, used)):
             src, dst = node.inputs[0], node.outputs[0]

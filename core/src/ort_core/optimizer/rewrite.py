@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.graph import Graph, Model, Node, outer_scope_reads
+from ..ir.graph import Graph, Model, Node, is_onnx_domain, outer_scope_reads
 
 DOMAIN = "ort_core"  # the domain of the fused ops the CPU provider's fusions make (providers/cpu/ops/fused*.py)
 
@@ -73,7 +73,7 @@ class Matcher:
 
     def eligible(self, node: Node | None, *ops: str) -> bool:
         return (node is not None and node.id in self.on_cpu and self.alive(node)
-                and node.domain in ("", "ai.onnx") and (not ops or node.op_type in ops))
+                and is_onnx_domain(node.domain) and (not ops or node.op_type in ops))
 
     def alive(self, node: Node) -> bool:
         """Still in the graph (a replaced node's id lives on in its replacement)."""

@@ -8,6 +8,7 @@ memory. Kernels themselves live in ``ops/``.
 from __future__ import annotations
 
 from ...errors import KernelError
+from ...ir.graph import onnx_domain
 from ...memory import HOST, HostDataTransfer
 from ...memory.arena import host_arena
 from ...plugins import Capability, ProviderInfo, hookimpl
@@ -40,7 +41,7 @@ def ort_compile(provider, subgraph, options):
     if len(subgraph.nodes) != 1:
         raise KernelError(f"the CPU provider compiles single nodes, got {len(subgraph.nodes)}")
     node = subgraph.nodes[0]
-    opset = subgraph.opsets.get("" if node.domain == "ai.onnx" else node.domain, 0)
+    opset = subgraph.opsets.get(onnx_domain(node.domain), 0)
     custom = subgraph.custom_op(node)
     if custom is not None:  # registered custom ops win over built-in kernels, as in onnxruntime
         return _adapt(custom.bind(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...ir.graph import Node, outer_scope_reads
+from ...ir.graph import Node, onnx_domain, outer_scope_reads
 
 Kernel = Callable[..., tuple]
 """kernel(*inputs) -> tuple with one entry per node output (None for an omitted output).
@@ -53,7 +53,7 @@ _REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}
 
 
 def _norm_domain(domain: str) -> str:
-    return "" if domain == "ai.onnx" else domain
+    return onnx_domain(domain)
 
 
 def register(op_type: str | tuple[str, ...], since: int = 1, until: int | None = None,

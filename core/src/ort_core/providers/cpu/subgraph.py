@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ...errors import KernelError, OrtError
-from ...ir.graph import Graph, Node, outer_scope_reads
+from ...ir.graph import Graph, Node, onnx_domain, outer_scope_reads
 from ...ir.types import ValueType
 from ...limits import check_terminated, current, too_large
 from .registry import lookup, outer_scope_names
@@ -71,7 +71,7 @@ class Body:
         self.template = template
 
     def _step(self, node: Node, opset: int, slots: dict[str, int]):
-        domain = "" if node.domain == "ai.onnx" else node.domain
+        domain = onnx_domain(node.domain)
         version = opset if domain == "" else _NEWEST
         kd = lookup(domain, node.op_type, version)
         if kd is None:

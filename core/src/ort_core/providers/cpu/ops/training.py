@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ....errors import KernelError
-from ....ir.graph import Graph, Node
+from ....ir.graph import Graph, Node, is_onnx_domain
 from ..registry import register
 
 TRAINING = "ai.onnx.preview.training"
@@ -159,7 +159,7 @@ def _forward_cone(node: Node, graph: Graph, y: str, leaves: set[str]) -> list[No
             raise KernelError(f"{node.label}: y '{y}' depends on the Gradient node's own output")
         if producer.id in needed:
             continue
-        if producer.domain not in ("", "ai.onnx") or producer.op_type not in _DIFFERENTIABLE:
+        if not is_onnx_domain(producer.domain) or producer.op_type not in _DIFFERENTIABLE:
             raise KernelError(f"{node.label}: cannot differentiate {producer.label}; Gradient supports "
                               f"{sorted(_DIFFERENTIABLE)}")
         if len([i for i in producer.inputs if i]) != _DIFFERENTIABLE[producer.op_type]:
