@@ -36,26 +36,34 @@ def model_path(name: str) -> str:
     return name if name.endswith(".onnx") else os.path.join(LIGHT, f"light_{name}.onnx")
 
 
-def main(names: list[str]) -> None:
-    runs = int(os.environ.get("RUNS", 15))
+def open_pair(name: str, options: dict) -> tuple[ort.InferenceSession, rt.InferenceSession, dict[str, np.ndarray]]:
+    """ort-core with DnnlExecutionProvider(``options``) and onnxruntime's CPU provider on one model, and a
+    seeded random feed (dynamic dimensions 1, an input named "mask" zeros); env THREADS=n sets
+    num_threads / intra_op_num_threads."""
     threads = int(os.environ.get("THREADS", 0))
-    options = {"precision": os.environ.get("PREC", "fp32")}
+    options = dict(options)
     so = rt.SessionOptions()
     if threads:
         options["num_threads"] = threads
         so.intra_op_num_threads = threads
+    path = model_path(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dnnl = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", options)])
+    ref = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(0)
+    feed = {}
+    for i in ref.get_inputs():
+        shape = [d if isinstance(d, int) else 1 for d in i.shape]
+        feed[i.name] = np.zeros(shape, np.float32) if i.name == "mask" else \
+            rng.standard_normal(shape).astype(np.float32)
+    return dnnl, ref, feed
+
+
+def main(names: list[str]) -> None:
+    runs = int(os.environ.get("RUNS", 15))
     for name in names:
-        path = model_path(name)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dnnl = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", options)])
-        ref = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        rng = np.random.default_rng(0)
-        feed = {}
-        for i in ref.get_inputs():
-            shape = [d if isinstance(d, int) else 1 for d in i.shape]
-            feed[i.name] = np.zeros(shape, np.float32) if i.name == "mask" else \
-                rng.standard_normal(shape).astype(np.float32)
+        dnnl, ref, feed = open_pair(name, {"precision": os.environ.get("PREC", "fp32")})
         got, want = dnnl.run(None, feed), ref.run(None, feed)
         diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want))
         for _ in range(3):

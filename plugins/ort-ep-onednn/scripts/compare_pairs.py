@@ -3,7 +3,8 @@ in one process: 2 warm-up calls each, then ROUNDS (6) alternating rounds of RUNS
 runtime; prints medians over all runs and the ratio, and checks the outputs agree within 1e-4.
 
 Usage (from any folder): python plugins/ort-ep-onednn/scripts/compare_pairs.py squeezenet densenet121 ...
-(light-model names or .onnx paths); env THREADS=n. A measuring aid, not a test.
+(light-model names, .onnx paths or bench/models.py builders, as compare_latency.py); env THREADS=n.
+A measuring aid, not a test.
 """
 
 from __future__ import annotations
@@ -12,38 +13,17 @@ import os
 import statistics
 import sys
 import time
-import warnings
 
 import numpy as np
-import onnx
-import onnxruntime as rt
 
-import ort_core as ort
-
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
-
-def model_path(name: str) -> str:
-    return name if name.endswith(".onnx") else os.path.join(LIGHT, f"light_{name}.onnx")
+sys.path.insert(0, os.path.dirname(__file__))
+from compare_latency import open_pair  # noqa: E402  (the same sessions and feed as compare_latency.py)
 
 
 def main(names: list[str]) -> None:
     rounds, runs = int(os.environ.get("ROUNDS", 6)), int(os.environ.get("RUNS", 20))
-    threads = int(os.environ.get("THREADS", 0))
-    options: dict = {}
-    so = rt.SessionOptions()
-    if threads:
-        options["num_threads"] = threads
-        so.intra_op_num_threads = threads
     for name in names:
-        path = model_path(name)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            dnnl = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", options)])
-        ref = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-        rng = np.random.default_rng(0)
-        feed = {i.name: rng.standard_normal([d if isinstance(d, int) else 1 for d in i.shape]).astype(np.float32)
-                for i in ref.get_inputs()}
+        dnnl, ref, feed = open_pair(name, {})
         for _ in range(2):
             got, want = dnnl.run(None, feed), ref.run(None, feed)
         diff = max(float(np.abs(a - b).max()) for a, b in zip(got, want))

@@ -6,8 +6,9 @@ documented in ``hookspecs``.
 
 import pluggy
 
-from .types import Capability, FusedSubgraph, GraphView, ProviderInfo
+from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "FusedSubgraph", "GraphView", "ProviderInfo", "hookimpl"]
+__all__ = ["Capability", "FusedSubgraph", "GraphView", "ProviderInfo", "constant_node_value", "constant_node_values",
+           "hookimpl"]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import onnx
 
-from ..ir.graph import Graph, Node, ValueInfo
+from ..ir.graph import Graph, Node, ValueInfo, is_onnx_domain, onnx_domain
 from ..ir.save import node_to_proto, value_info_to_proto
 from ..ir.types import ValueType, elem_type_of
 from ..memory.device import HOST, Device
@@ -75,7 +75,7 @@ class GraphView:
         return self.graph.constant_initializers()
 
     def opset(self, domain: str = "") -> int:
-        domain = "" if domain == "ai.onnx" else domain
+        domain = onnx_domain(domain)
         return self.opsets.get(domain, 0)
 
     def type_of(self, name: str) -> ValueType | None:
@@ -94,7 +94,7 @@ class GraphView:
 
 
 def _custom_op(registry: Any, opsets: dict[str, int], node: Node):
-    if registry is None or node.domain in ("", "ai.onnx"):
+    if registry is None or is_onnx_domain(node.domain):
         return None
     return registry.lookup(node.domain, node.op_type, opsets.get(node.domain, 0))
 
@@ -102,6 +102,25 @@ def _custom_op(registry: Any, opsets: dict[str, int], node: Node):
 def constant_initializers(graph: Graph) -> dict[str, np.ndarray]:
     """Initializers that a feed cannot override (see ``Graph.constant_initializers``)."""
     return graph.constant_initializers()
+
+
+def constant_node_value(node: Node) -> np.ndarray | None:
+    """The value of a numeric Constant node (``value``, ``value_float(s)``, ``value_int(s)``), else None."""
+    if node.op_type != "Constant" or not is_onnx_domain(node.domain) or not node.outputs:
+        return None
+    a = node.attrs
+    if isinstance(a.get("value"), np.ndarray) and a["value"].dtype.kind in "biuf":
+        return a["value"]
+    if "value_float" in a or "value_floats" in a:
+        return np.array(a.get("value_float", a.get("value_floats")), np.float32)
+    if "value_int" in a or "value_ints" in a:
+        return np.array(a.get("value_int", a.get("value_ints")), np.int64)
+    return None
+
+
+def constant_node_values(graph: Graph) -> dict[str, np.ndarray]:
+    """Output name -> value of every numeric Constant node of ``graph`` (as fixed as initializers)."""
+    return {n.outputs[0]: v for n in graph.nodes if (v := constant_node_value(n)) is not None}
 
 
 @dataclass

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
+from ort_core.plugins import constant_node_values
+
 from .library import DnnlError, Library
 from .lowering import (
     BINARY_OPS,
@@ -35,25 +37,6 @@ OPS = frozenset([*ELTWISE_OPS, *BINARY_OPS, *REDUCE_OPS, "Split", "Conv", "Batch
 INDEX_INPUTS = {"Reshape": {1}, "Squeeze": {1}, "Unsqueeze": {1}, "Split": {1}, "ReduceMean": {1}, "ReduceSum": {1}}
 # ops whose every output is computed (others: only the first)
 MULTI_OUTPUT = {"Split"}
-
-
-def constant_value(node: Any) -> np.ndarray | None:
-    """The value of a numeric Constant node, else None."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.outputs:
-        return None
-    a = node.attrs
-    if isinstance(a.get("value"), np.ndarray) and a["value"].dtype.kind in "biuf":
-        return a["value"]
-    if "value_float" in a or "value_floats" in a:
-        return np.array(a.get("value_float", a.get("value_floats")), np.float32)
-    if "value_int" in a or "value_ints" in a:
-        return np.array(a.get("value_int", a.get("value_ints")), np.int64)
-    return None
-
-
-def constant_node_values(graph: Any) -> dict[str, np.ndarray]:
-    """Output name -> value of every numeric Constant node of ``graph`` (as fixed as initializers)."""
-    return {n.outputs[0]: v for n in graph.nodes if (v := constant_value(n)) is not None}
 
 
 class Context:

@@ -145,13 +145,10 @@ class Compiled:
         self.out_shapes = list(program.output_shapes)
         self._free: list[Instance] = []
         self._lock = threading.Lock()
-        self.created = 0
 
     def run(self, xs: list[np.ndarray]) -> list[np.ndarray]:
         with self._lock:
             inst = self._free.pop() if self._free else None
-            if inst is None:
-                self.created += 1
         if inst is None:
             inst = Instance(self.lib, self.program, self.slot_of, self.sizes)
         try:

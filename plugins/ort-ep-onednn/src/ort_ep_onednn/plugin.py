@@ -7,11 +7,11 @@ memory (oneDNN's CPU engine computes there).
 from __future__ import annotations
 
 from ort_core.memory import HOST, HostAllocator, HostDataTransfer
-from ort_core.plugins import Capability, ProviderInfo, hookimpl
+from ort_core.plugins import Capability, ProviderInfo, constant_node_values, hookimpl
 
 from . import __version__
 from . import library as L
-from .capability import Context, constant_node_values, unsupported_reason
+from .capability import Context, unsupported_reason
 from .kernel import make_kernel
 from .lowering import Spec
 from .options import Options, parse

@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ort_core.plugins import FusedSubgraph
+from ort_core.plugins import FusedSubgraph, constant_node_value, constant_node_values
 
 from . import __version__
 from . import runtime as rt
@@ -146,25 +146,6 @@ class Context:
         return value
 
 
-def constant_value(node: Any) -> np.ndarray | None:
-    """The value of a numeric Constant node, else None."""
-    if node.op_type != "Constant" or node.domain not in ("", "ai.onnx") or not node.outputs:
-        return None
-    a = node.attrs
-    if isinstance(a.get("value"), np.ndarray) and a["value"].dtype.kind in "biuf":
-        return a["value"]
-    if "value_float" in a or "value_floats" in a:
-        return np.array(a.get("value_float", a.get("value_floats")), np.float32)
-    if "value_int" in a or "value_ints" in a:
-        return np.array(a.get("value_int", a.get("value_ints")), np.int64)
-    return None
-
-
-def constant_node_values(graph: Any) -> dict[str, np.ndarray]:
-    """Output name -> value of every numeric Constant node of ``graph``."""
-    return {n.outputs[0]: v for n in graph.nodes if (v := constant_value(n)) is not None}
-
-
 def static_reason(node: Any, ctx: Context) -> str | None:
     """Why OpenVINO is not asked to take ``node`` (op table and dtype rules), or None to probe it."""
     if node.domain not in ("", "ai.onnx"):
@@ -244,7 +225,7 @@ def _dtype_reason(node: Any, ctx: Context) -> str | None:
 def _wide_inputs_are_constants(node: Any, ctx: Context) -> bool:
     """A wide output is exact when it only moves constant wide values (checked in range above)."""
     if node.op_type in ("Constant", "ConstantOfShape"):
-        value = constant_value(node) if node.op_type == "Constant" else node.attr("value")
+        value = constant_node_value(node) if node.op_type == "Constant" else node.attr("value")
         value = np.zeros(1, np.int64) if value is None else np.asarray(value)
         return value.dtype.kind not in "iu" or value.size == 0 or (
             int(value.min()) >= INT32_RANGE[0] and int(value.max()) <= INT32_RANGE[1])

@@ -13,10 +13,9 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from ort_core.plugins import FusedSubgraph
+from ort_core.plugins import FusedSubgraph, constant_node_values
 
 from . import runtime as rt
-from .capability import constant_node_values
 from .options import Options
 
 
