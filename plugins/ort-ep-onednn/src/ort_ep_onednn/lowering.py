@@ -15,6 +15,7 @@ import numpy as np
 
 from . import enums as E
 from . import primitives as P
+from . import views as V
 from .library import DnnlError, Library
 from .lowering_conv import ConvOps, conv_geometry, fold_batch_norm  # noqa: F401 (re-exported)
 from .lowering_matmul import MatmulOps
@@ -266,7 +267,14 @@ class Builder(ConvOps, MatmulOps):
                 pass
             src = self.plain(x, label)
             return make(src, E.DT_F32), src
-        return make(x.mem, dt), x.mem
+        pd = make(x.mem, dt)
+        if impl_name(pd).startswith("ref") and not self._is_plain(x):
+            src = self.plain(x, label)  # a view in an unusual dimension order: a plain copy gets a jit kernel
+            return make(src, dt), src
+        return pd, x.mem
+
+    def _is_plain(self, val: Val) -> bool:
+        return val.mem.md == P.plain_md(self.lib, dims_of(val.shape), val.mem.md.data_type())
 
     def _f32(self, val: Val, label: str) -> Val:
         """``val`` itself when it is float32, else its plain float32 copy (made once)."""
@@ -440,6 +448,10 @@ class Builder(ConvOps, MatmulOps):
                 # oneDNN to its reference kernel, ~100x slower: one reorder into the first's layout avoids it
                 src1 = self.as_md(b, src0.md, label)
                 pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims), self._attr())
+            if impl_name(pd).startswith("ref") and not (self._is_plain(a) and self._is_plain(b)):
+                # views in unusual dimension orders (Transpose, Reshape): plain copies get a jit kernel
+                return self._binary(alg, Val(a.shape, self.plain(a, label)), Val(b.shape, self.plain(b, label)),
+                                    label)
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, dims))
         self._step(pd, [(E.ARG_SRC, src0), (E.ARG_SRC_1, src1), (E.ARG_DST, dst)], label)
         return Val(shape, dst)
@@ -543,6 +555,9 @@ class Builder(ConvOps, MatmulOps):
         pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
         if impl_name(pd).startswith("ref") and r == 4:
             pd, srcs = self._concat_in_one_layout(vals, shape, axis, pd, srcs, node.label)
+        if impl_name(pd).startswith("ref") and not all(self._is_plain(v) for v in vals):
+            srcs = [self.plain(v, node.label) for v in vals]
+            pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, shape))
         args = [(E.ARG_MULTIPLE_SRC + i, m) for i, m in enumerate(srcs)] + [(E.ARG_DST, dst)]
         self._step(pd, args, node.label)
@@ -624,10 +639,26 @@ class Builder(ConvOps, MatmulOps):
                 self._set(name, Val(tuple(shape), dst))
 
     def _reinterpret(self, node: Any, shape: tuple[int, ...]) -> None:
+        """The shape-only ops: a view of ``x`` when its layout is strided and the merged dimensions are
+        contiguous; else one reorder into a destination that keeps ``x``'s dimension order (a channel
+        shuffle over channels-last data stays channels-last); blocked layouts go through plain."""
         x = self.get(node.inputs[0])
         if math.prod(shape) != math.prod(x.shape):
             raise Unsupported(f"cannot view {list(x.shape)} as {list(shape)}")
-        self._set(node.outputs[0], Val(shape, self.alias(self.plain(x, node.op_type), shape)))
+        strides = x.mem.md.strides() if x.shape and shape and 0 not in x.shape else None
+        if strides is None:
+            self._set(node.outputs[0], Val(shape, self.alias(self.plain(x, node.op_type), shape)))
+            return
+        dt = x.mem.md.data_type()
+        view = V.reshaped(x.shape, strides, shape)
+        if view is not None:
+            self._set(node.outputs[0], Val(shape, self._mem(P.strided_md(self.lib, shape, view, dt), x.mem.buf)))
+            return
+        out_strides, in_strides = V.copy_layout(x.shape, strides, shape)
+        dst = self._new(P.strided_md(self.lib, shape, out_strides, dt))
+        self._reorder_into(x.mem, self._mem(P.strided_md(self.lib, x.shape, in_strides, dt), dst.buf),
+                           node.label)
+        self._set(node.outputs[0], Val(shape, dst))
 
     def _op_Reshape(self, node: Any) -> None:
         x = self.get(node.inputs[0])
@@ -689,6 +720,12 @@ class Builder(ConvOps, MatmulOps):
         if sorted(perm) != list(range(r)) or r == 0 or 0 in x.shape:
             raise Unsupported("Transpose perm is not a permutation, or empty input")
         y_shape = tuple(x.shape[p] for p in perm)
+        strides = x.mem.md.strides()
+        if strides is not None:  # a view: the strides permuted
+            md = P.strided_md(self.lib, y_shape, V.normalized(y_shape, V.transposed(strides, perm)),
+                              x.mem.md.data_type())
+            self._set(node.outputs[0], Val(y_shape, self._mem(md, x.mem.buf)))
+            return
         y_strides = P.dense_strides(y_shape)
         x_strides = [0] * r
         for i, p in enumerate(perm):

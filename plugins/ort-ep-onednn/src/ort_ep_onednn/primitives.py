@@ -13,6 +13,7 @@ import numpy as np
 
 from . import enums as E
 from .library import Library
+from .views import dense_strides
 
 
 class Md:
@@ -44,6 +45,24 @@ class Md:
         self.lib.check(self.lib.lib.dnnl_memory_desc_query(self.ptr, E.QUERY_DATA_TYPE, out), "query data_type")
         return int(out[0])
 
+    def strides(self) -> tuple[int, ...] | None:
+        """Element strides of a strided layout (plain row-major, channels-last, any dimension order);
+        None for blocked layouts (nChw16c, ...), padded ones and views at an offset."""
+        lib, ffi = self.lib, self.lib.ffi
+        c, n = lib.lib, len(self.dims)
+        if self.format_kind() != E.FMT_KIND_BLOCKED:
+            return None
+        blocks, offset = ffi.new("int *"), ffi.new("int64_t *")
+        padded, strides = ffi.new("dnnl_dims_t **"), ffi.new("dnnl_dims_t **")
+        if (c.dnnl_memory_desc_query(self.ptr, E.QUERY_INNER_NBLKS_S32, blocks) != E.SUCCESS or blocks[0]
+                or c.dnnl_memory_desc_query(self.ptr, E.QUERY_SUBMEMORY_OFFSET_S64, offset) != E.SUCCESS
+                or offset[0]
+                or c.dnnl_memory_desc_query(self.ptr, E.QUERY_PADDED_DIMS, padded) != E.SUCCESS
+                or tuple(padded[0][0][0:n]) != self.dims
+                or c.dnnl_memory_desc_query(self.ptr, E.QUERY_STRIDES, strides) != E.SUCCESS):
+            return None
+        return tuple(int(s) for s in strides[0][0][0:n])
+
     def sub(self, dims: Sequence[int], offsets: Sequence[int]) -> Md:
         """The block of ``dims`` at ``offsets`` inside this layout (same buffer, no copy)."""
         lib = self.lib
@@ -63,15 +82,6 @@ class Md:
 
 def _dims(lib: Library, values: Sequence[int]) -> Any:
     return lib.ffi.new("dnnl_dims_t", [int(v) for v in values])
-
-
-def dense_strides(shape: Sequence[int]) -> list[int]:
-    """Row-major element strides of ``shape``."""
-    strides, step = [], 1
-    for d in reversed(shape):
-        strides.append(step)
-        step *= max(int(d), 1)
-    return strides[::-1]
 
 
 def strided_md(lib: Library, shape: Sequence[int], strides: Sequence[int], dt: int = E.DT_F32) -> Md:
