@@ -1,23 +1,15 @@
-"""Reshape/Transpose as strided views: the stride arithmetic checked against numpy's own views, and the
-lowering checked end to end — a channel shuffle over channels-last data costs one reorder, and views
-in unusual dimension orders feeding pooling, binary ops and concat give the CPU provider's values.
-"""
+"""Reshape/Transpose as strided views: the stride arithmetic of ``ort_ep_onednn.views`` checked against
+numpy's own views and copies (no oneDNN needed)."""
 
 from __future__ import annotations
 
 import itertools
-import warnings
 
 import numpy as np
 import pytest
 from numpy.lib.stride_tricks import as_strided
-from onnx import TensorProto, helper, numpy_helper
 from ort_ep_onednn import views as V
 
-import ort_core as ort
-
-NAME = "DnnlExecutionProvider"
-CPU = "CPUExecutionProvider"
 RNG = np.random.default_rng(11)
 
 
@@ -54,6 +46,7 @@ def test_row_major_results_use_row_major_strides():
     assert V.reshaped((1, 8, 1, 1), (8, 1, 8, 8), (1, 8)) == (8, 1)
     assert V.transposed((60, 20, 5, 1), (0, 2, 1, 3)) == [60, 5, 20, 1]
     assert V.normalized((2, 1, 3), (3, 999, 1)) == (3, 3, 1)
+    assert V.channels_last_strides((2, 3, 4, 5)) == [60, 1, 15, 3]
     assert V.reshaped((1, 12, 5), (60, 1, 12), (1, 3, 4, 5)) == (60, 4, 1, 12)  # a leading 1 spans it all
 
 
@@ -89,87 +82,3 @@ def test_copy_layout_is_dense_for_any_source_order():
         assert not np.isnan(buf).any(), order  # every element of the destination written: dense
         got = as_strided(buf, shape=new, strides=[4 * s for s in out_strides])
         np.testing.assert_array_equal(got, arr.reshape(new))
-
-
-# ------------------------------------------------------------------------------ through the provider
-
-def _session(model, provider):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", ort.OrtWarning)
-        return ort.InferenceSession(model.SerializeToString(), providers=[provider])
-
-
-def _model(nodes, x_shape, y_shape, inits):
-    f = TensorProto.FLOAT
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", f, x_shape)],
-                              [helper.make_tensor_value_info("y", f, y_shape)], initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
-
-
-def _const(name, arr):
-    return numpy_helper.from_array(np.asarray(arr, np.float32), name)
-
-
-@pytest.fixture
-def dnnl_ready():
-    from ort_ep_onednn import library as L
-
-    if L.unavailable_reason():
-        pytest.skip(f"oneDNN unavailable: {L.unavailable_reason()}")
-
-
-def test_channel_shuffle_costs_one_reorder_and_matches_cpu(dnnl_ready, programs):
-    g, c, hw = 4, 34, 14  # ShuffleNet's: oneDNN keeps these channels-last
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], group=g),
-             helper.make_node("Relu", ["a"], ["r"]),
-             helper.make_node("Reshape", ["r", "s5"], ["s"]),
-             helper.make_node("Transpose", ["s"], ["t"], perm=[0, 2, 1, 3, 4]),
-             helper.make_node("Reshape", ["t", "s4"], ["u"]),
-             helper.make_node("Conv", ["u", "w2"], ["y"], group=g * c, pads=[1, 1, 1, 1])]
-    inits = [_const("w1", RNG.standard_normal((g * c, c, 1, 1)) * 0.3),
-             numpy_helper.from_array(np.array([1, g, c, hw, hw]), "s5"),
-             numpy_helper.from_array(np.array([1, g * c, hw, hw]), "s4"),
-             _const("w2", RNG.standard_normal((g * c, 1, 3, 3)) * 0.3)]
-    model = _model(nodes, [1, g * c, hw, hw], [1, g * c, hw, hw], inits)
-    x = {"x": RNG.standard_normal((1, g * c, hw, hw)).astype(np.float32)}
-    (want,) = _session(model, CPU).run(None, x)
-    (got,) = _session(model, NAME).run(None, x)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
-    steps = [s.label for p in programs for s in p.steps]
-    convs = [i for i, s in enumerate(steps) if s.endswith("(Conv)")]
-    assert len(convs) == 2, steps
-    between = steps[convs[0] + 1:convs[1]]
-    # was three (to plain for the Reshape, the Transpose, back to the conv's layout): now the shuffle's
-    # one copy, made straight into channels-last, which the depthwise conv reads as it is
-    assert len(between) == 1 and "Reshape" in between[0], steps
-
-
-@pytest.mark.parametrize("consumer", ["MaxPool", "Add", "Concat", "Sigmoid"])
-def test_transposed_views_feed_other_ops_correctly(dnnl_ready, consumer):
-    """A Transpose view in an unusual dimension order (NWHC-like) read by pooling, a binary op, a concat
-    and an eltwise: oneDNN's reference kernels are avoided where they would be chosen, values exact."""
-    nodes = [helper.make_node("Conv", ["x", "w"], ["a"]),
-             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 1, 3, 2])]
-    if consumer == "MaxPool":
-        nodes.append(helper.make_node("MaxPool", ["t"], ["y"], kernel_shape=[2, 2], strides=[2, 2]))
-        y_shape = [1, 16, 4, 3]
-    elif consumer == "Add":
-        nodes.append(helper.make_node("Add", ["t", "x2"], ["y"]))
-        y_shape = [1, 16, 8, 6]
-    elif consumer == "Concat":
-        nodes.append(helper.make_node("Concat", ["t", "x2"], ["y"], axis=1))
-        y_shape = [1, 32, 8, 6]
-    else:
-        nodes.append(helper.make_node("Sigmoid", ["t"], ["y"]))
-        y_shape = [1, 16, 8, 6]
-    inits = [_const("w", RNG.standard_normal((16, 16, 1, 1)) * 0.3),
-             _const("x2", RNG.standard_normal((1, 16, 8, 6)))]
-    model = _model(nodes, [1, 16, 6, 8], y_shape, inits)
-    x = {"x": RNG.standard_normal((1, 16, 6, 8)).astype(np.float32)}
-    (want,) = _session(model, CPU).run(None, x)
-    sess = _session(model, NAME)
-    assert {a.provider for a in sess.get_provider_graph_assignment_info()} == {NAME}
-    (got,) = sess.run(None, x)
-    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

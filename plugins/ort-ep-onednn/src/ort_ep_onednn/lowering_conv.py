@@ -13,6 +13,7 @@ import numpy as np
 
 from . import enums as E
 from . import primitives as P
+from . import views as V
 from .library import DnnlError
 from .program import RefOnly, Unsupported, Val, impl_name
 
@@ -164,10 +165,20 @@ class ConvOps:
             bias = self._const_val(np.ascontiguousarray(b_arr, np.float32).reshape(M))
         elif b_name:
             bias = self.get(b_name)
-        dst_md = res_val.mem.md if in_place else P.any_md(lib, y_shape, dt)
         bias_md = None if bias is None else P.plain_md(lib, (M,))
-        pd = P.convolution(lib, P.any_md(lib, x.shape, dt), P.any_md(lib, w_dims, dt), bias_md, dst_md, strides,
-                           [d - 1 for d in dil], pl, pr, self._attr(post))
+        # channels-last results first: oneDNN's brgemm convolutions (its fastest on AVX-512) read and write
+        # them, and a network that starts channels-last stays so — left to itself, oneDNN gives the first
+        # conv (3 input channels) and what follows it a blocked layout, and every conv summing onto that
+        # residual a slower kernel, with reorders in between
+        if in_place:
+            dsts = [res_val.mem.md]
+        else:
+            dsts = [P.strided_md(lib, y_shape, V.channels_last_strides(y_shape), dt), P.any_md(lib, y_shape, dt)]
+        for dst_md in dsts:
+            pd = P.convolution(lib, P.any_md(lib, x.shape, dt), P.any_md(lib, w_dims, dt), bias_md, dst_md, strides,
+                               [d - 1 for d in dil], pl, pr, self._attr(post))
+            if not impl_name(pd).startswith("ref"):
+                break
         if (res_val is not None or dt != E.DT_F32) and impl_name(pd).startswith("ref"):
             raise RefOnly()
         src = self.as_md(x, pd.md(E.QUERY_SRC_MD, 0, x.shape), "Conv input")

@@ -23,6 +23,17 @@ def dense_strides(shape: Sequence[int]) -> list[int]:
     return strides[::-1]
 
 
+def channels_last_strides(shape: Sequence[int]) -> list[int]:
+    """Strides of (N, C, spatial...) laid out as N, spatial..., C (nhwc, ndhwc, nwc)."""
+    order = [0, *range(2, len(shape)), 1]
+    strides = [0] * len(shape)
+    step = 1
+    for d in reversed(order):
+        strides[d] = step
+        step *= max(int(shape[d]), 1)
+    return strides
+
+
 def normalized(shape: Sequence[int], strides: Sequence[int]) -> tuple[int, ...]:
     """``strides`` with the row-major ones put back when they describe the row-major layout (the
     strides of dimensions of size 1 do not matter, but layouts compare equal only when they agree)."""
