@@ -90,10 +90,15 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
         given = elem_type_of(value.dtype)
         given_text = f"tensor({_name(given)})" if given else f"numpy {value.dtype}"
         raise InvalidArgument(f"input '{arg.name}': unexpected data type {given_text}, expected {arg.type}")
-    if t.shape is not None:
+    if t.shape is not None and value.shape != t.shape:  # equal: every dimension fixed and matching
         if value.ndim != len(t.shape):
             raise InvalidArgument(f"input '{arg.name}': invalid rank {value.ndim} (shape {list(value.shape)}), "
                                   f"expected rank {len(t.shape)} (shape {list(t.shape)})")
+        for d, g in zip(t.shape, value.shape):
+            if d != g and isinstance(d, int):
+                break
+        else:
+            return value  # only symbolic dimensions differ
         bad = [(i, d, g) for i, (d, g) in enumerate(zip(t.shape, value.shape)) if isinstance(d, int) and d != g]
         if bad:
             detail = ", ".join(f"dim {i}: expected {d}, got {g}" for i, d, g in bad)

@@ -192,12 +192,12 @@ class InferenceSession:
         if not isinstance(input_feed, dict):
             raise InvalidArgument(f"input_feed must be a dict of input name -> array, "
                                   f"got {type(input_feed).__name__}")
-        if any(not getattr(getattr(v, "device", None), "is_host", True) for v in input_feed.values()):
-            # an OrtValue on a device goes straight to the consumers on that device
-            outs = self.run_with_ort_values(output_names, input_feed, run_options)
-            return [o.numpy() for o in outs]
         feeds: dict[int, Any] = {}
         for name, value in input_feed.items():
+            if type(value) is not np.ndarray and not getattr(getattr(value, "device", None), "is_host", True):
+                # an OrtValue on a device goes straight to the consumers on that device
+                outs = self.run_with_ort_values(output_names, input_feed, run_options)
+                return [o.numpy() for o in outs]
             feeds[self._input_slots[name]] = check_feed(self._feedable_arg(name), value)
         self._check_all_fed(input_feed)
         if output_names is None:

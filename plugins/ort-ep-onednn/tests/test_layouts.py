@@ -124,3 +124,41 @@ def test_a_resnet_stays_channels_last_from_its_first_conv(programs):
     convs = [s for s in steps if s.label.endswith("(Conv)")]
     assert len(convs) == 5  # the Adds and Relus are post-ops
     assert all(s.impl.startswith("brgconv") for s in convs[1:]), [(s.label, s.impl) for s in convs]
+
+
+@pytest.mark.parametrize("head", ["Gemm", "Gemm-transB0", "MatMul"])
+@pytest.mark.parametrize("flatten", ["Flatten", "Reshape"])
+def test_flatten_of_channels_last_into_a_dense_layer_is_one_inner_product(programs, head, flatten):
+    """A classifier head over a channels-last feature map: no copy into NCHW order for the Flatten —
+    one inner product reads the map as it is laid out, bias and Relu fused; values as on the CPU."""
+    c, hw, n_out = 16, 5, 10
+    nodes = [helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"])]
+    if flatten == "Flatten":
+        nodes.append(helper.make_node("Flatten", ["r"], ["f"]))
+    else:
+        nodes.append(helper.make_node("Reshape", ["r", "shape"], ["f"]))
+    k = c * hw * hw
+    fc = RNG.standard_normal((n_out, k)) * 0.05
+    inits = [_const("w", RNG.standard_normal((c, 4, 3, 3)) * 0.3), _const("bias", RNG.standard_normal(n_out)),
+             numpy_helper.from_array(np.array([2, -1]), "shape")]
+    if head == "Gemm":
+        nodes.append(helper.make_node("Gemm", ["f", "fc", "bias"], ["g"], transB=1))
+        inits.append(_const("fc", fc))
+    elif head == "Gemm-transB0":
+        nodes.append(helper.make_node("Gemm", ["f", "fc", "bias"], ["g"]))
+        inits.append(_const("fc", fc.T))
+    else:
+        nodes += [helper.make_node("MatMul", ["f", "fc"], ["m"]), helper.make_node("Add", ["m", "bias"], ["g"])]
+        inits.append(_const("fc", fc.T))
+    nodes.append(helper.make_node("Relu", ["g"], ["y"]))
+    model = _model(nodes, [2, 4, hw, hw], [2, n_out], inits)
+    x = {"x": RNG.standard_normal((2, 4, hw, hw)).astype(np.float32)}
+    (want,) = _session(model, CPU).run(None, x)
+    (got,) = _session(model, NAME).run(None, x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    steps = [s for p in programs for s in p.steps]
+    assert [s.label for s in steps if s.label.startswith("reorder")] == ["reorder (Conv input)"], steps
+    (dense,) = [s for s in steps if s.label.endswith(f"({head.split('-')[0]})")]
+    assert dense.impl and not dense.impl.startswith("ref")
+    assert programs[-1].fused.get(flatten) == 1 and programs[-1].fused.get("Relu") == 2

@@ -6,6 +6,7 @@ come from ml_dtypes, which onnx already depends on.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -47,6 +48,7 @@ def elem_type_name(elem_type: int) -> str:
     return _TYPE_NAMES.get(elem_type, f"unknown({elem_type})")
 
 
+@functools.cache
 def np_dtype(elem_type: int) -> np.dtype:
     """The numpy dtype that holds values of an ONNX element type (strings -> object)."""
     if elem_type == TensorProto.STRING:

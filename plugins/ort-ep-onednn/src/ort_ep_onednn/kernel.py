@@ -18,6 +18,8 @@ from .library import Library
 from .lowering import Builder, Program, Spec
 from .options import Options
 
+F32 = np.dtype(np.float32)
+
 
 def plan_slots(program: Program) -> tuple[dict[int, int], list[int]]:
     """Share per-call scratch storage between internal buffers whose lifetimes (first to last step
@@ -112,18 +114,20 @@ class Instance:
 
     def run(self, xs: list[np.ndarray], out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
         ffi, c = self.lib.ffi, self.lib.lib
-        cast, set_handle = ffi.cast, c.dnnl_memory_set_data_handle
+        # ffi.from_buffer: the array's data pointer without numpy's ctypes object (~7x cheaper)
+        from_buffer, set_handle = ffi.from_buffer, c.dnnl_memory_set_data_handle
         for x, mems in zip(xs, self.in_binds):
             if mems:
-                ptr = cast("void *", x.ctypes.data)
+                ptr = from_buffer(x)
                 for m in mems:
                     set_handle(m, ptr)
         outs = []
         for shape, mems in zip(out_shapes, self.out_binds):
             arr = np.empty(shape, np.float32)
-            ptr = cast("void *", arr.ctypes.data)
-            for m in mems:
-                set_handle(m, ptr)
+            if mems:
+                ptr = from_buffer(arr)
+                for m in mems:
+                    set_handle(m, ptr)
             outs.append(arr)
         execute, stream = c.dnnl_primitive_execute, self.stream
         for k, (prim, n, args) in enumerate(self.calls):
@@ -210,16 +214,16 @@ class Kernel:
     def __call__(self, *xs: Any) -> list[np.ndarray]:
         if len(xs) != self.n_inputs:
             raise ValueError(f"{self.name}: expected {self.n_inputs} inputs {self.spec.inputs}, got {len(xs)}")
-        overridden = tuple(xs[k] is not arr for k, _, arr in self.guards)
-        spec, positions = self.variant(overridden)
+        overridden = tuple(xs[k] is not arr for k, _, arr in self.guards) if self.guards else ()
+        spec, positions = self.variants.get(overridden) or self.variant(overridden)
         feeds = []
         for k in positions:
             x = xs[k]
-            if not isinstance(x, np.ndarray) or x.dtype != np.float32 or not x.flags.c_contiguous:
+            if type(x) is not np.ndarray or x.dtype != F32 or not x.flags.c_contiguous:
                 x = np.ascontiguousarray(x, dtype=np.float32)
             feeds.append(x)
-        shapes = tuple(x.shape for x in feeds)
-        prog = self.compiled((overridden, shapes), spec, positions, shapes)
+        shapes = tuple([x.shape for x in feeds])
+        prog = self.programs.get((overridden, shapes)) or self.compiled((overridden, shapes), spec, positions, shapes)
         if self.options.num_threads:
             self.lib.set_num_threads(self.options.num_threads)
         return prog.run(feeds)

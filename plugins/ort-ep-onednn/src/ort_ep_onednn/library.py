@@ -106,6 +106,9 @@ dnnl_status_t dnnl_convolution_forward_primitive_desc_create(dnnl_primitive_desc
 dnnl_status_t dnnl_matmul_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc, dnnl_engine_t engine,
     const_dnnl_memory_desc_t src_desc, const_dnnl_memory_desc_t weights_desc, const_dnnl_memory_desc_t bias_desc,
     const_dnnl_memory_desc_t dst_desc, const_dnnl_primitive_attr_t attr);
+dnnl_status_t dnnl_inner_product_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
+    dnnl_engine_t engine, int prop_kind, const_dnnl_memory_desc_t src_desc, const_dnnl_memory_desc_t weights_desc,
+    const_dnnl_memory_desc_t bias_desc, const_dnnl_memory_desc_t dst_desc, const_dnnl_primitive_attr_t attr);
 dnnl_status_t dnnl_pooling_forward_primitive_desc_create(dnnl_primitive_desc_t *primitive_desc,
     dnnl_engine_t engine, int prop_kind, int alg_kind, const_dnnl_memory_desc_t src_desc,
     const_dnnl_memory_desc_t dst_desc, const dnnl_dims_t strides, const dnnl_dims_t kernel,

@@ -654,6 +654,8 @@ class Builder(ConvOps, MatmulOps):
         if view is not None:
             self._set(node.outputs[0], Val(shape, self._mem(P.strided_md(self.lib, shape, view, dt), x.mem.buf)))
             return
+        if self._flatten_into_fc(node, x, shape):
+            return
         out_strides, in_strides = V.copy_layout(x.shape, strides, shape)
         dst = self._new(P.strided_md(self.lib, shape, out_strides, dt))
         self._reorder_into(x.mem, self._mem(P.strided_md(self.lib, x.shape, in_strides, dt), dst.buf),

@@ -93,6 +93,63 @@ class MatmulOps:
             cur = nxt.outputs[0]
         return post, bias, cur
 
+    def _flatten_into_fc(self, node: Any, x: Val, shape: tuple[int, ...]) -> bool:
+        """Flatten/Reshape of a (N, C, spatial...) value in a layout that would need a copy (channels-last),
+        read only by a Gemm/MatMul with constant weights (a classifier head): one inner-product primitive
+        reads ``x`` as it is laid out (oneDNN orders the weights to match it once), with the bias and
+        activations that follow fused. Returns False (nothing built) when the pattern does not apply."""
+        if self.bf16 or len(x.shape) < 3 or len(shape) != 2 or shape[0] != x.shape[0] \
+                or x.mem.md.data_type() != E.DT_F32:
+            return False
+        fc = self._sole_consumer(node.outputs[0])
+        if fc is None or fc.op_type not in ("Gemm", "MatMul") or fc.inputs[0] != node.outputs[0]:
+            return False
+        b = self.constant(fc.inputs[1])
+        if b is None or b.ndim != 2 or b.dtype != np.float32:
+            return False
+        bias = None
+        if fc.op_type == "Gemm":
+            if fc.attr("transA", 0) or float(fc.attr("alpha", 1.0)) != 1.0:
+                return False
+            w = b if fc.attr("transB", 0) else b.T
+            c_name = fc.inputs[2] if len(fc.inputs) > 2 else ""
+            if c_name and float(fc.attr("beta", 1.0)) != 0.0:
+                c = self.constant(c_name)
+                if (c is None or c.dtype != np.float32 or float(fc.attr("beta", 1.0)) != 1.0
+                        or c.size != w.shape[0] or c.shape[-1] != w.shape[0]):
+                    return False
+                bias = c.reshape(-1)
+        else:
+            w = b.T
+        n_out = w.shape[0]
+        if w.shape[1] != shape[1]:
+            return False
+        lib = self.lib
+        w_dims = (n_out, *x.shape[1:])
+        out_dims = (shape[0], n_out)
+        probe = P.inner_product(lib, x.mem.md, P.any_md(lib, w_dims), None, P.plain_md(lib, out_dims), self._attr())
+        if impl_name(probe).startswith("ref"):
+            return False
+        for name in fc.inputs:
+            if name:
+                self.pending[name] -= 1
+        self.done.add(fc.id)
+        self.fused[node.op_type] = self.fused.get(node.op_type, 0) + 1
+        post, bias_e, cur = self._matmul_epilogue(fc, out_dims, allow_bias=bias is None)
+        bias_val = self._const_val(np.ascontiguousarray(bias, np.float32)) if bias is not None else bias_e
+        bias_md = None if bias_val is None else P.plain_md(lib, (n_out,))
+        pd = P.inner_product(lib, x.mem.md, P.any_md(lib, w_dims), bias_md, P.plain_md(lib, out_dims),
+                             self._attr(post))
+        wts = self.as_md(self._const_val(np.ascontiguousarray(w, np.float32).reshape(w_dims)),
+                         pd.md(E.QUERY_WEIGHTS_MD, 0, w_dims), "inner-product weights")
+        dst = self._new(P.plain_md(lib, out_dims))
+        args = [(E.ARG_SRC, x.mem), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst)]
+        if bias_val is not None:
+            args.append((E.ARG_BIAS, self.alias(self.plain(bias_val, "bias"), (n_out,))))
+        self._step(pd, args, fc.label)
+        self._set(cur, Val(out_dims, dst))
+        return True
+
     def _op_MatMul(self, node: Any) -> None:
         a, b = self.get(node.inputs[0]), self.get(node.inputs[1])
         if 0 in a.shape or 0 in b.shape or not a.shape or not b.shape:

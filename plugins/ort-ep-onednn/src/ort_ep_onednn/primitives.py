@@ -205,6 +205,11 @@ def matmul(lib: Library, src: Md, weights: Md, bias: Md | None, dst: Md, attr: A
                _ptr(bias, lib), dst.ptr, attr.ptr)
 
 
+def inner_product(lib: Library, src: Md, weights: Md, bias: Md | None, dst: Md, attr: Attr) -> Pd:
+    return _pd(lib, "inner_product", lib.lib.dnnl_inner_product_forward_primitive_desc_create, lib.engine,
+               E.FORWARD_INFERENCE, src.ptr, weights.ptr, _ptr(bias, lib), dst.ptr, attr.ptr)
+
+
 def pooling(lib: Library, alg: int, src: Md, dst: Md, strides, kernel, dilation, pad_l, pad_r, attr: Attr) -> Pd:
     return _pd(lib, "pooling", lib.lib.dnnl_pooling_forward_primitive_desc_create, lib.engine, E.FORWARD_INFERENCE,
                alg, src.ptr, dst.ptr, _dims(lib, strides), _dims(lib, kernel), _dims(lib, dilation),
