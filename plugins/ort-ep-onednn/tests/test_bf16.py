@@ -235,3 +235,38 @@ def test_batch_norm_then_relu_is_one_primitive(programs):
     np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-4)
     ops = [op_of(s) for p in programs for s in p.steps]
     assert "BatchNormalization" in ops and "Relu" not in ops, ops
+
+
+@needs_bf16
+def test_bf16_dense_block_stays_bf16_and_channels_last(programs):
+    """DenseNet's pattern under precision=bf16: each layer's BatchNormalization+Relu+Conv output is
+    concatenated onto the block's input. The concatenations stay bf16 (and channels-last), so the block
+    runs without a single reorder between its first and last primitive and without reference kernels."""
+    rng = np.random.default_rng(8)
+    c0, g, hw = 32, 16, 14
+    nodes = [helper.make_node("Conv", ["x", "w0"], ["b0"], pads=[1, 1, 1, 1])]
+    inits = [numpy_helper.from_array((rng.standard_normal((c0, 8, 3, 3)) * 0.2).astype(np.float32), "w0")]
+    c = c0
+    for k in range(3):
+        inits += [numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), f"s{k}"),
+                  numpy_helper.from_array(rng.normal(0, 0.1, c).astype(np.float32), f"h{k}"),
+                  numpy_helper.from_array(rng.normal(0, 0.1, c).astype(np.float32), f"m{k}"),
+                  numpy_helper.from_array(rng.uniform(0.5, 1.5, c).astype(np.float32), f"v{k}"),
+                  numpy_helper.from_array((rng.standard_normal((g, c, 3, 3)) * 0.1).astype(np.float32), f"w{k + 1}")]
+        nodes += [helper.make_node("BatchNormalization", [f"b{k}", f"s{k}", f"h{k}", f"m{k}", f"v{k}"], [f"n{k}"]),
+                  helper.make_node("Relu", [f"n{k}"], [f"r{k}"]),
+                  helper.make_node("Conv", [f"r{k}", f"w{k + 1}"], [f"c{k}"], pads=[1, 1, 1, 1]),
+                  helper.make_node("Concat", [f"b{k}", f"c{k}"], ["y" if k == 2 else f"b{k + 1}"], axis=1)]
+        c += g
+    model = make_model(nodes, [vi("x", [1, 8, hw, hw])], [vi("y", [1, c, hw, hw])], inits)
+    x = {"x": rng.standard_normal((1, 8, hw, hw)).astype(np.float32)}
+    (want,) = session(model, [CPU]).run(None, x)
+    (got,) = session(model, [BF16]).run(None, x)
+    assert float(np.abs(got - want).max()) < 2e-2 * float(np.abs(want).max())
+    steps = [s for p in programs for s in p.steps]
+    inner = [s for s in steps[1:-1] if op_of(s).startswith("reorder")]
+    assert not inner, [s.label for s in steps]
+    assert not [s for s in steps if s.impl.startswith("ref")], [(s.label, s.impl) for s in steps]
+    for s in steps:
+        if op_of(s) in ("Conv", "BatchNormalization"):
+            assert "bf16" in s.impl or "amx" in s.impl, (s.label, s.impl)

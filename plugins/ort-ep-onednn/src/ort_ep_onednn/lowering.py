@@ -552,7 +552,8 @@ class Builder(ConvOps, MatmulOps):
         if len({v.mem.md.data_type() for v in vals}) > 1:  # bf16 and float32 inputs (precision=bf16)
             vals = [self._f32(v, node.label) for v in vals]
         srcs = [v.mem for v in vals]
-        pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
+        dt = srcs[0].md.data_type()  # the result keeps the inputs' type (bf16 with precision=bf16)
+        pd = P.concat(self.lib, P.any_md(self.lib, shape, dt), axis, [m.md for m in srcs], self._attr())
         if impl_name(pd).startswith("ref") and r == 4:
             pd, srcs = self._concat_in_one_layout(vals, shape, axis, pd, srcs, node.label)
         if impl_name(pd).startswith("ref") and not all(self._is_plain(v) for v in vals):
@@ -576,7 +577,7 @@ class Builder(ConvOps, MatmulOps):
                     strides[d] = step
                     step *= v.shape[d]
                 mds.append(P.strided_md(self.lib, v.shape, strides, v.mem.md.data_type()))
-            candidate = P.concat(self.lib, P.any_md(self.lib, shape), axis, mds, self._attr())
+            candidate = P.concat(self.lib, P.any_md(self.lib, shape, mds[0].data_type()), axis, mds, self._attr())
             if not impl_name(candidate).startswith("ref"):
                 return candidate, [self.as_md(v, md, label) for v, md in zip(vals, mds)]
         return pd, srcs
