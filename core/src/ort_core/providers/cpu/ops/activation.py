@@ -257,6 +257,36 @@ def mish_factory(node, opset):
 # ---------------------------------------------------------------------------------------------
 
 
+def gelu_erf_values(x: np.ndarray) -> np.ndarray:
+    """0.5 x (1 + erf(x / sqrt 2)), erf in the input's precision. Halving before the product with x
+    (exact) keeps it finite up to the largest floats, where (1 + erf) x would overflow; shared with the
+    fused ``ort_core::Gelu``."""
+    t = x.dtype.type
+    y = erf(np.multiply(x, t(1.0 / math.sqrt(2.0))))
+    y += t(1)
+    y *= t(0.5)
+    with np.errstate(invalid="ignore"):  # 0 * -inf is NaN, as the formula says
+        y *= x
+    return y.astype(x.dtype, copy=False)
+
+
+def gelu_tanh_values(x: np.ndarray) -> np.ndarray:
+    """0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))); for huge |x| the cube overflows and tanh
+    saturates, and halving first keeps the result x; shared with the fused ``ort_core::FastGelu``."""
+    t = x.dtype.type
+    with np.errstate(over="ignore", invalid="ignore"):
+        y = np.square(x)
+        y *= t(0.044715)
+        y += t(1)
+        y *= x
+        y *= t(math.sqrt(2.0 / math.pi))
+        np.tanh(y, out=y)
+        y += t(1)
+        y *= t(0.5)
+        y *= x
+    return y
+
+
 @register("Gelu", since=20, until=None)
 def gelu_factory(node, opset):
     approximate = node.attr("approximate", "none")
@@ -266,30 +296,7 @@ def gelu_factory(node, opset):
         raise KernelError(f"{node.label}: unsupported Gelu approximate='{approximate}' "
                           f"(expected 'none' or 'tanh')")
 
-    def gelu_erf(x):
-        # 0.5 x (1 + erf(x / sqrt2)); erf computed in float32/float64 as the input asks
-        t = x.dtype.type
-        y = np.multiply(x, t(1.0 / math.sqrt(2.0)))
-        y = erf(y)
-        y += t(1)
-        y *= x
-        y *= t(0.5)
-        return y.astype(x.dtype, copy=False)
-
-    def gelu_tanh(x):
-        t = x.dtype.type
-        inner = np.square(x)
-        inner *= t(0.044715)
-        inner += t(1)
-        inner *= x
-        inner *= t(math.sqrt(2.0 / math.pi))
-        np.tanh(inner, out=inner)
-        inner += t(1)
-        inner *= x
-        inner *= t(0.5)
-        return inner
-
-    return _unary(gelu_tanh if approximate == "tanh" else gelu_erf)
+    return _unary(gelu_tanh_values if approximate == "tanh" else gelu_erf_values)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,13 +16,11 @@ merged back: y (B, S, H D). Float32 stays float32; never in a saved model.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
-from .elementwise import erf
+from .activation import gelu_erf_values, gelu_tanh_values
 
 DOMAIN = "ort_core"
 
@@ -78,13 +76,7 @@ def skip_layer_norm_factory(node, opset):
 @register("Gelu", since=1, domain=DOMAIN)
 def gelu_factory(node, opset):
     def kernel(x):
-        t = x.dtype.type
-        y = erf(np.multiply(x, t(1.0 / math.sqrt(2.0))))
-        y += t(1.0)
-        y *= t(0.5)  # halving first (exact) keeps (1 + erf) * x from overflowing near the largest floats
-        with np.errstate(invalid="ignore"):  # 0 * -inf is NaN, as in the unfused graph
-            y *= x
-        return (y,)
+        return (gelu_erf_values(x),)
 
     return kernel
 
@@ -92,19 +84,7 @@ def gelu_factory(node, opset):
 @register("FastGelu", since=1, domain=DOMAIN)
 def fast_gelu_factory(node, opset):
     def kernel(x):
-        t = x.dtype.type
-        # huge |x|: the cube overflows and tanh saturates, the result stays right, as unfused
-        with np.errstate(over="ignore", invalid="ignore"):
-            y = np.square(x)
-            y *= t(0.044715)
-            y += t(1.0)
-            y *= x
-            y *= t(math.sqrt(2.0 / math.pi))
-            np.tanh(y, out=y)
-            y += t(1.0)
-            y *= t(0.5)
-            y *= x
-        return (y,)
+        return (gelu_tanh_values(x),)
 
     return kernel
 
