@@ -1,7 +1,8 @@
 """Option objects of the drop-in API: SessionOptions, RunOptions and their enums.
 
-Same names and defaults as onnxruntime's Python API. Options ort-core accepts but does not act
-on yet are listed in ``NOT_YET_APPLIED`` and warned about when set to a non-default value.
+Same names and defaults as onnxruntime's Python API. Options ort-core accepts but does not act on
+are listed in ``NOT_APPLIED``, with what it does instead, and warned about when set to a non-default
+value.
 """
 
 from __future__ import annotations
@@ -34,8 +35,15 @@ class ExecutionOrder(enum.IntEnum):
     MEMORY_EFFICIENT = 2
 
 
-# attribute -> default; setting these to anything else warns that it has no effect yet
-NOT_YET_APPLIED: dict[str, object] = {}
+# attribute -> (default, what ort-core does instead); setting one to anything else warns, once per session,
+# that it has no effect (code written for onnxruntime sets them often: they must not pass silently)
+NOT_APPLIED: dict[str, tuple[object, str]] = {
+    "intra_op_num_threads": (0, "the CPU provider's matrix products run on numpy's BLAS thread pool (set "
+                                "OPENBLAS_NUM_THREADS or OMP_NUM_THREADS before numpy is imported); other "
+                                "providers take a thread option of their own (DnnlExecutionProvider: num_threads)"),
+    "inter_op_num_threads": (0, "nodes run one after another (ORT_SEQUENTIAL)"),
+    "execution_mode": (0, "nodes run one after another (ORT_SEQUENTIAL)"),
+}
 
 
 class SessionOptions:
@@ -90,9 +98,12 @@ class SessionOptions:
         return self._custom_ops
 
     def warn_unapplied(self) -> None:
-        for attr, default in NOT_YET_APPLIED.items():
-            if getattr(self, attr) != default:
-                warnings.warn(f"SessionOptions.{attr} is accepted but has no effect yet in ort-core",
+        """An OrtWarning for each option set away from its default that ort-core does not apply."""
+        for attr, (default, instead) in NOT_APPLIED.items():
+            value = getattr(self, attr)
+            if value != default:
+                shown = value.name if isinstance(value, enum.Enum) else value
+                warnings.warn(f"SessionOptions.{attr} = {shown} has no effect in ort-core: {instead}",
                               OrtWarning, stacklevel=3)
 
 
