@@ -7,9 +7,6 @@ core will find it; the conformance suite certifies the contract more broadly tha
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
-import textwrap
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -17,6 +14,7 @@ import ml_dtypes
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
+from ort_conformance.unavailable import check_falls_back_when_unavailable
 from ort_ep_example import memory, plugin
 from ort_ep_example.memory import DEVICE, ExampleTensor
 
@@ -65,28 +63,8 @@ def test_missing_library_makes_it_unavailable_with_a_reason():
     with pytest.raises(memory.RuntimeUnavailable, match=memory.LIBRARY_ENV):
         memory.load_runtime("/nonexistent/libort_example_missing.so")
     # in a fresh interpreter: registration reports the reason, sessions fall back to CPU
-    code = textwrap.dedent(f"""
-        import warnings, numpy as np
-        from onnx import helper, TensorProto
-        import ort_core as ort
-        from ort_core.plugins.manager import get_registry
-        info = get_registry().providers["{NAME}"].info
-        assert not info.available and "{memory.LIBRARY_ENV}" in info.reason, info
-        assert "{NAME}" not in ort.get_available_providers()
-        node = helper.make_node("Relu", ["x"], ["y"])
-        vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in "xy"]
-        model = helper.make_model(helper.make_graph([node], "g", vi[:1], vi[1:]))
-        with warnings.catch_warnings(record=True) as w:
-            warnings.simplefilter("always")
-            sess = ort.InferenceSession(model.SerializeToString(), providers=["{NAME}"])
-        assert any("is unavailable" in str(m.message) for m in w), [str(m.message) for m in w]
-        assert sess.get_providers() == ["CPUExecutionProvider"]
-        print(sess.run(None, {{"x": np.array([-1, 2], np.float32)}})[0].tolist())
-    """)
-    env = {**os.environ, memory.LIBRARY_ENV: "/nonexistent/libort_example_missing.so"}
-    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, done.stderr
-    assert done.stdout.strip().endswith("[0.0, 2.0]")
+    check_falls_back_when_unavailable(NAME, {memory.LIBRARY_ENV: "/nonexistent/libort_example_missing.so"},
+                                      memory.LIBRARY_ENV)
 
 
 # ------------------------------------------------------------------- a mixed model

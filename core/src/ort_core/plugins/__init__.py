@@ -1,14 +1,17 @@
 """Provider plugin API: the hook marker, the types exchanged through hooks, and discovery.
 
-Plugin authors need only ``hookimpl`` and the types re-exported here; the contract itself is
-documented in ``hookspecs``.
+Plugin authors need only ``hookimpl``, the types and the helpers re-exported here (loading a native
+library once, the ONNX-domain spelling, Constant-node values); the contract itself is documented in
+``hookspecs``.
 """
 
 import pluggy
 
+from ..ir.graph import is_onnx_domain, onnx_domain
+from .loading import LoadOnce, missing_symbols
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "FusedSubgraph", "GraphView", "ProviderInfo", "constant_node_value", "constant_node_values",
-           "hookimpl"]
+__all__ = ["Capability", "FusedSubgraph", "GraphView", "LoadOnce", "ProviderInfo", "constant_node_value",
+           "constant_node_values", "hookimpl", "is_onnx_domain", "missing_symbols", "onnx_domain"]

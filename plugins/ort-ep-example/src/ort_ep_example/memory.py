@@ -10,13 +10,13 @@ from __future__ import annotations
 import ctypes.util
 import os
 import sys
-import threading
 from typing import Any
 
 import cffi
 import numpy as np
 
 from ort_core.memory import Device
+from ort_core.plugins import LoadOnce, missing_symbols
 
 DEVICE = Device("example", 0)
 ALIGNMENT = 64  # a cache line; also what ort-core's host allocator promises
@@ -63,7 +63,7 @@ def load_runtime(library: str | None = None) -> Runtime:
         raise RuntimeUnavailable(f"cannot load {where} ({e}); set {LIBRARY_ENV} to the path of a C "
                                  "library providing posix_memalign, free and memcpy") from None
     # ABI mode resolves symbols lazily, on first attribute access: probe now, not mid-run
-    missing = [s for s in _SYMBOLS if not _has_symbol(lib, s)]
+    missing = missing_symbols(lib, _SYMBOLS)
     if missing:
         platform = " (Windows has no posix_memalign)" if sys.platform == "win32" else ""
         raise RuntimeUnavailable(f"{library or 'the C library'} lacks {', '.join(missing)}{platform}; "
@@ -71,42 +71,14 @@ def load_runtime(library: str | None = None) -> Runtime:
     return Runtime(ffi, lib, library or "<process>")
 
 
-def _has_symbol(lib: Any, name: str) -> bool:
-    try:
-        getattr(lib, name)
-    except AttributeError:
-        return False
-    return True
-
-
-_runtime: Runtime | None = None
-_runtime_error: str | None = None
-_runtime_lock = threading.Lock()
-
-
-def runtime() -> Runtime:
-    """The process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
-    global _runtime, _runtime_error
-    if _runtime is not None:  # the common case skips the lock: kernels call this on every run
-        return _runtime
-    with _runtime_lock:
-        if _runtime is None and _runtime_error is None:
-            try:
-                _runtime = load_runtime()
-            except RuntimeUnavailable as e:
-                _runtime_error = str(e)
-        if _runtime is None:
-            raise RuntimeUnavailable(_runtime_error)
-        return _runtime
+# kernels call runtime() on every run: once loaded that is an attribute read, no lock
+runtime: LoadOnce[Runtime] = LoadOnce(load_runtime, RuntimeUnavailable)
+"""``runtime()``: the process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
 
 
 def unavailable_reason() -> str:
     """Why the provider cannot run here, or "" when it can."""
-    try:
-        runtime()
-    except RuntimeUnavailable as e:
-        return str(e)
-    return ""
+    return runtime.reason()
 
 
 class DeviceBuffer:

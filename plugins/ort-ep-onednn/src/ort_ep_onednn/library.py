@@ -11,10 +11,11 @@ import glob
 import importlib.metadata
 import os
 import sys
-import threading
 from typing import Any
 
 import cffi
+
+from ort_core.plugins import LoadOnce
 
 from . import enums as E
 
@@ -273,33 +274,13 @@ def load_library(path: str | None = None) -> Library:
                                  f"({e}); pip install {DISTRIBUTION}==2023.2.0") from None
 
 
-_library: Library | None = None
-_error: str | None = None
-_lock = threading.Lock()
-
-
-def library() -> Library:
-    """The process-wide library, loaded once; raises LibraryUnavailable when it cannot be."""
-    global _library, _error
-    if _library is not None:
-        return _library
-    with _lock:
-        if _library is None and _error is None:
-            try:
-                _library = load_library()
-            except LibraryUnavailable as e:
-                _error = str(e)
-        if _library is None:
-            raise LibraryUnavailable(_error)
-        return _library
+library: LoadOnce[Library] = LoadOnce(load_library, LibraryUnavailable)
+"""``library()``: the process-wide library, loaded once; raises LibraryUnavailable when it cannot be."""
 
 
 def unavailable_reason() -> str:
     """Why oneDNN cannot run here, or "" when it can. Never raises."""
     try:
-        library()
-    except LibraryUnavailable as e:
-        return str(e)
+        return library.reason()
     except Exception as e:  # noqa: BLE001 - registration must never raise
         return f"oneDNN could not be initialised: {type(e).__name__}: {e}"
-    return ""

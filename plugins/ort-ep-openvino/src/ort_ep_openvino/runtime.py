@@ -16,6 +16,8 @@ from typing import Any
 import cffi
 import numpy as np
 
+from ort_core.plugins import LoadOnce, missing_symbols
+
 LIBRARY_ENV = "ORT_EP_OPENVINO_LIBRARY"
 """Environment variable naming libopenvino_c to load instead of the one in the openvino wheel."""
 
@@ -199,7 +201,7 @@ def load_runtime(library: str | None = None) -> Runtime:
         lib = ffi.dlopen(library)
     except OSError as e:
         raise RuntimeUnavailable(f"cannot load {library} ({e}); reinstall openvino or set {LIBRARY_ENV}") from None
-    missing = [s for s in _SYMBOLS if not _has_symbol(lib, s)]
+    missing = missing_symbols(lib, _SYMBOLS)
     if missing:
         raise RuntimeUnavailable(f"{library} lacks {', '.join(missing[:5])}: OpenVINO too old or not its C API "
                                  "library; pip install -U openvino")
@@ -209,34 +211,10 @@ def load_runtime(library: str | None = None) -> Runtime:
         raise RuntimeUnavailable(f"{library}: {e}") from None
 
 
-def _has_symbol(lib: Any, name: str) -> bool:
-    try:
-        getattr(lib, name)
-    except AttributeError:
-        return False
-    return True
-
-
-_runtime: Runtime | None = None
-_runtime_error: str | None = None
+runtime: LoadOnce[Runtime] = LoadOnce(load_runtime, RuntimeUnavailable)
+"""``runtime()``: the process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
 _core: Core | None = None
 _lock = threading.Lock()
-
-
-def runtime() -> Runtime:
-    """The process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
-    global _runtime, _runtime_error
-    if _runtime is not None:
-        return _runtime
-    with _lock:
-        if _runtime is None and _runtime_error is None:
-            try:
-                _runtime = load_runtime()
-            except RuntimeUnavailable as e:
-                _runtime_error = str(e)
-        if _runtime is None:
-            raise RuntimeUnavailable(_runtime_error)
-        return _runtime
 
 
 def core() -> Core:
