@@ -94,11 +94,6 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
         if value.ndim != len(t.shape):
             raise InvalidArgument(f"input '{arg.name}': invalid rank {value.ndim} (shape {list(value.shape)}), "
                                   f"expected rank {len(t.shape)} (shape {list(t.shape)})")
-        for d, g in zip(t.shape, value.shape):
-            if d != g and isinstance(d, int):
-                break
-        else:
-            return value  # only symbolic dimensions differ
         bad = [(i, d, g) for i, (d, g) in enumerate(zip(t.shape, value.shape)) if isinstance(d, int) and d != g]
         if bad:
             detail = ", ".join(f"dim {i}: expected {d}, got {g}" for i, d, g in bad)

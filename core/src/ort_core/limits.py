@@ -118,20 +118,19 @@ def tensor_bytes(shape: Iterable[int], itemsize: int) -> int:
     return count * int(itemsize)
 
 
-def check_tensor_size(label: str, shape: Iterable[int], dtype: Any, what: str = "output",
-                      error: type[Exception] = KernelError) -> None:
+def check_tensor_size(label: str, shape: Iterable[int], dtype: Any, what: str = "output") -> None:
     """Refuse, before anything is allocated, a tensor of ``shape`` and ``dtype`` past the run's limit.
 
-    ``label`` names the node (or tensor); ``error`` is the class raised (KernelError for kernels).
+    ``label`` names the node (or tensor); raises KernelError.
     """
     shape = [int(d) for d in shape]
     try:
         nbytes = tensor_bytes(shape, np.dtype(dtype).itemsize)
     except ValueError as e:
-        raise error(f"{label}: {what} shape {shape} has a {e}") from None
+        raise KernelError(f"{label}: {what} shape {shape} has a {e}") from None
     limit = _CURRENT.get().max_tensor_bytes
     if nbytes > limit:
-        raise error(f"{label}: {what} of shape {shape} ({np.dtype(dtype)}) would take {_human(nbytes)}, more "
+        raise KernelError(f"{label}: {what} of shape {shape} ({np.dtype(dtype)}) would take {_human(nbytes)}, more "
                     f"than the limit of {_human(limit)} per tensor (session config entry '{MAX_TENSOR_BYTES_KEY}')")
 
 

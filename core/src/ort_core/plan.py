@@ -86,8 +86,8 @@ class ExecutionPlan:
         finally:
             limits.leave(token)
 
-    def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None = None,
-             max_bytes: int = limits.DEFAULT_MAX_TENSOR_BYTES) -> list[Any]:
+    def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None,
+             max_bytes: int) -> list[Any]:
         frame = self.template.copy()
         steps = self.steps
         if route is not None:

@@ -140,10 +140,6 @@ def _inference_bn(node: Node) -> bool:
     return len([o for o in node.outputs if o]) == 1 and len(node.inputs) == 5
 
 
-def fuse_transformer_nodes(model: Model, on_cpu: set[int]) -> int:
-    """LayerNorm and GELU chains first (attention and SkipLayerNorm match across them), MatMul + bias last."""
-    return _fuse_transformers(Matcher(model, on_cpu))
-
-
 def _fuse_transformers(m: Matcher) -> int:
+    """LayerNorm and GELU chains first (attention and SkipLayerNorm match across them)."""
     return sum(fuse(m) for fuse in (fuse_layer_norms, fuse_gelus, fuse_attention, fuse_skip_layer_norms))

@@ -29,10 +29,6 @@ def rename_uses(graph: Graph, old: str, new: str) -> None:
             node.inputs = [new if i == old else i for i in node.inputs]
 
 
-def consumers_of(graph: Graph, name: str) -> list:
-    return [n for n in graph.nodes if name in n.inputs]
-
-
 def taken_names(graph: Graph) -> set[str]:
     """Every value name the graph defines: initializers, inputs and node outputs."""
     return set(graph.initializers) | {v.name for v in graph.inputs} | {o for n in graph.nodes for o in n.outputs}

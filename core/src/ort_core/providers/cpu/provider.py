@@ -48,14 +48,7 @@ def ort_compile(provider, subgraph, options):
     kd = lookup(node.domain, node.op_type, opset)
     if kd is None:
         raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
-    try:
-        kernel = kd.build(node, opset, subgraph.graph)
-    except KernelError:
-        raise
-    except Exception as e:  # noqa: BLE001 - attribute values a factory did not foresee: the model's fault
-        raise KernelError(f"{node.label}: invalid attributes for {node.op_type}-{opset}: "
-                          f"{type(e).__name__}: {e}") from e
-    return _adapt(kernel, node, subgraph.inputs, subgraph.outputs)
+    return _adapt(kd.build(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
 
 
 def _adapt(kernel, node, inputs, outputs):

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ...errors import KernelError
 from ...ir.graph import Node, onnx_domain, outer_scope_reads
 
 Kernel = Callable[..., tuple]
@@ -45,8 +46,16 @@ class KernelDef:
     wants_graph: bool = False  # the factory takes graph=...
 
     def build(self, node: Node, opset: int, graph=None) -> Kernel:
-        """The factory's kernel for ``node``, handing it the graph when it asks for one."""
-        return self.factory(node, opset, graph=graph) if self.wants_graph else self.factory(node, opset)
+        """The factory's kernel for ``node``, handing it the graph when it asks for one. A factory that
+        fails on attribute values it did not foresee raises KernelError naming the node (the model's
+        fault), for nodes of the main graph and of If/Loop/Scan bodies alike."""
+        try:
+            return self.factory(node, opset, graph=graph) if self.wants_graph else self.factory(node, opset)
+        except KernelError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise KernelError(f"{node.label}: invalid attributes for {node.op_type}-{opset}: "
+                              f"{type(e).__name__}: {e}") from e
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}

@@ -13,18 +13,7 @@ import numpy as np
 from ....errors import KernelError
 from ....limits import check_tensor_size
 from ..registry import register
-
-
-def spatial_ints(node, name: str, nsp: int, default: int, factor: int = 1) -> list[int]:
-    """An int-list attribute (dilations, strides, pads) checked against the spatial rank."""
-    value = node.attr(name)
-    if value is None:
-        return [default] * (nsp * factor)
-    value = [int(v) for v in value]
-    if len(value) != nsp * factor:
-        raise KernelError(f"{node.label}: '{name}' has {len(value)} values, expected {nsp * factor} "
-                          f"for {nsp} spatial dimensions")
-    return value
+from .conv import ints_attr
 
 
 @register("Col2Im", since=18)
@@ -35,8 +24,8 @@ def _col2im(node, opset):
         nsp = len(image)
         if len(block) != nsp:
             raise KernelError(f"{node.label}: image_shape {image} and block_shape {block} differ in length")
-        dil, strides = spatial_ints(node, "dilations", nsp, 1), spatial_ints(node, "strides", nsp, 1)
-        pads = spatial_ints(node, "pads", nsp, 0, 2)
+        dil, strides = ints_attr(node, "dilations", nsp, 1), ints_attr(node, "strides", nsp, 1)
+        pads = ints_attr(node, "pads", nsp, 0, 2)
         if min(dil + strides) < 1 or min(pads) < 0:
             raise KernelError(f"{node.label}: dilations and strides must be >= 1 and pads >= 0, "
                               f"got {dil}, {strides}, {pads}")

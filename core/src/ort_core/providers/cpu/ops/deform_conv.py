@@ -13,7 +13,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
-from .col2im import spatial_ints
+from .conv import ints_attr
 
 _COLS_BUDGET = 32 << 20  # bytes of sampled columns built at once (the batch is split to stay under)
 
@@ -58,8 +58,8 @@ def _deform_conv(node, opset):
         oc, cpg, *ks = w.shape
         if kernel_attr is not None and [int(k) for k in kernel_attr] != ks:
             raise KernelError(f"{node.label}: kernel_shape {list(kernel_attr)} does not match W's shape {w.shape}")
-        dil, strides = spatial_ints(node, "dilations", nsp, 1), spatial_ints(node, "strides", nsp, 1)
-        pads = spatial_ints(node, "pads", nsp, 0, 2)
+        dil, strides = ints_attr(node, "dilations", nsp, 1), ints_attr(node, "strides", nsp, 1)
+        pads = ints_attr(node, "pads", nsp, 0, 2)
         if c != cpg * group or oc % group:
             raise KernelError(f"{node.label}: X has {c} channels and W shape {w.shape}; expected C = "
                               f"W.shape[1] * group ({group}) and oC divisible by group")
