@@ -270,3 +270,26 @@ def test_bf16_dense_block_stays_bf16_and_channels_last(programs):
     for s in steps:
         if op_of(s) in ("Conv", "BatchNormalization"):
             assert "bf16" in s.impl or "amx" in s.impl, (s.label, s.impl)
+
+
+@needs_bf16
+def test_bf16_copies_of_constants_are_made_once(programs):
+    """A bf16 Mul by a per-channel constant: the constant's bf16 copy is made at build time, so no step
+    of a run reads a constant to convert it."""
+    rng = np.random.default_rng(9)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Mul", ["r", "s"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal((64, 8, 3, 3)) * 0.2).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.uniform(0.5, 1.5, (1, 64, 1, 1)).astype(np.float32), "s")]
+    model = make_model(nodes, [vi("x", [1, 8, 10, 10])], [vi("y", [1, 64, 10, 10])], inits)
+    x = {"x": rng.standard_normal((1, 8, 10, 10)).astype(np.float32)}
+    (want,) = session(model, [CPU]).run(None, x)
+    (got,) = session(model, [BF16]).run(None, x)
+    assert 0 < float(np.abs(got - want).max()) < 2e-2 * float(np.abs(want).max())
+    steps = [s for p in programs for s in p.steps]
+    assert any(op_of(s) == "Mul" for s in steps), [s.label for s in steps]
+    from_consts = [s.label for s in steps if op_of(s).startswith("reorder")
+                   and dict(s.args)[E.ARG_FROM].buf.kind == "const"]
+    assert not from_consts, from_consts
+

@@ -162,3 +162,23 @@ def test_flatten_of_channels_last_into_a_dense_layer_is_one_inner_product(progra
     (dense,) = [s for s in steps if s.label.endswith(f"({head.split('-')[0]})")]
     assert dense.impl and not dense.impl.startswith("ref")
     assert programs[-1].fused.get(flatten) == 1 and programs[-1].fused.get("Relu") == 2
+
+
+def test_programs_keep_only_what_their_steps_use(programs):
+    """Weights are reordered into the conv's layout at build time: their plain copy is not kept, and
+    every storage area and view in the program is one a step reads or writes."""
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["a"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["y"], pads=[1, 1, 1, 1])]
+    w1, w2 = RNG.standard_normal((32, 16, 3, 3)) * 0.1, RNG.standard_normal((32, 32, 3, 3)) * 0.1
+    model = _model(nodes, [1, 16, 12, 12], [1, 32, 12, 12], [_const("w1", w1), _const("w2", w2)])
+    x = {"x": RNG.standard_normal((1, 16, 12, 12)).astype(np.float32)}
+    (want,) = _session(model, CPU).run(None, x)
+    (got,) = _session(model, NAME).run(None, x)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+    (program,) = programs
+    used = {id(m) for s in program.steps for _, m in s.args}
+    assert {id(m) for m in program.mems} == used
+    assert {id(b) for b in program.bufs} == {id(m.buf) for m in program.mems}
+    consts = [b for b in program.bufs if b.kind == "const"]
+    assert len(consts) == 2  # the two weights in the convs' blocked layouts, not their plain sources too

@@ -156,7 +156,8 @@ class Builder(ConvOps, MatmulOps):
                 continue
             out = self._mem(plain, self._buf("output", 4 * math.prod(dims), index=k))
             self._reorder_into(val.mem, out, f"output {name}")
-        return Program(self.steps, self.bufs, self.mems, shapes, self.fused)
+        steps, bufs, mems = live(self.steps)
+        return Program(steps, bufs, mems, shapes, self.fused)
 
     def _lower(self, node: Any) -> None:
         self.done.add(node.id)
@@ -244,14 +245,18 @@ class Builder(ConvOps, MatmulOps):
         for view in val.views:
             if view.md == md:
                 return view
-        if val.mem.buf.kind == "const":
-            dst = self._mem(md, self._buf("const", max(md.size, 4),
-                                          array=None if self.probe else P.aligned_bytes(max(md.size, 4))))
-        else:
-            dst = self._new(md)
+        dst = self._new_like(val.mem.buf, md)
         self._reorder_into(val.mem, dst, label)
         val.views.append(dst)
         return dst
+
+    def _new_like(self, src: Buf, md: P.Md) -> Mem:
+        """Storage in layout ``md`` for a copy of ``src``: constant (filled once, at build time) when
+        ``src`` is, else per call."""
+        if src.kind != "const":
+            return self._new(md)
+        return self._mem(md, self._buf("const", max(md.size, 4),
+                                       array=None if self.probe else P.aligned_bytes(max(md.size, 4))))
 
     def _native(self, x: Val, make, label: str) -> tuple[P.Pd, Mem]:
         """``make(src, dt)``'s primitive descriptor for ``x`` as it is stored (destination of the same data
@@ -737,6 +742,24 @@ class Builder(ConvOps, MatmulOps):
         view = self._mem(P.strided_md(self.lib, x.shape, x_strides), dst.buf)
         self._reorder_into(x.mem, view, node.label)
         self._set(node.outputs[0], Val(y_shape, dst))
+
+
+def live(steps: list[Step]) -> tuple[list[Step], list[Buf], list[Mem]]:
+    """The steps the outputs depend on, and the storage and views they use. Lowering may leave behind
+    a copy nothing reads (a layout tried and abandoned) and the plain source of every weight reordered
+    at build time: neither should run or stay in memory."""
+    needed = {id(m.buf) for s in steps for _, m in s.args if m.buf.kind == "output"}
+    kept: list[Step] = []
+    for step in reversed(steps):
+        writes = [m.buf for arg, m in step.args if arg == E.ARG_DST]
+        if not any(id(b) in needed for b in writes):
+            continue
+        kept.append(step)
+        needed.update(id(m.buf) for _, m in step.args)  # a destination may be read too (sum post-op)
+    kept.reverse()
+    mems = list({id(m): m for s in kept for _, m in s.args}.values())
+    bufs = list({id(m.buf): m.buf for m in mems}.values())
+    return kept, bufs, mems
 
 
 def reshape_target(shape: tuple[int, ...], target: list[int], allowzero: bool) -> tuple[int, ...]:

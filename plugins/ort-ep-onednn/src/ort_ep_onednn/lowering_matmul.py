@@ -57,7 +57,7 @@ class MatmulOps:
         for src, copy in self.bf16_copies:
             if src.buf is mem.buf and src.md == mem.md:
                 return copy
-        copy = self._new(P.plain_md(self.lib, dims, E.DT_BF16))
+        copy = self._new_like(mem.buf, P.plain_md(self.lib, dims, E.DT_BF16))
         self._reorder_into(mem, copy, f"{label} to bf16")
         self.bf16_copies.append((mem, copy))
         return copy
