@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from ort_core.plugins import constant_node_values
+from ort_core.plugins import constant_node_values, is_onnx_domain
 
 from .library import DnnlError, Library
 from .lowering import (
@@ -25,7 +25,6 @@ from .lowering import (
     Builder,
     Spec,
     Unsupported,
-    clip_bounds,
     eltwise_of,
 )
 
@@ -69,7 +68,7 @@ class Context:
 
 def rule_reason(node: Any, ctx: Context) -> str | None:
     """Why ``node`` is not lowered whatever its shapes (op, types, attributes), or None."""
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return f"domain '{node.domain}' has no oneDNN lowering"
     op = node.op_type
     if op in INACCURATE:
@@ -88,9 +87,10 @@ def rule_reason(node: Any, ctx: Context) -> str | None:
                 return f"{op} input {k} ('{name}') must be a constant"
             continue
         t = ctx.graph.type_of(name)
-        if t is None and ctx.constant(name) is not None:
-            if ctx.constant(name).dtype != np.float32:
-                return f"input '{name}' is {ctx.constant(name).dtype}: only float32 tensors are computed"
+        c = ctx.constant(name) if t is None else None
+        if c is not None:
+            if c.dtype != np.float32:
+                return f"input '{name}' is {c.dtype}: only float32 tensors are computed"
             continue
         if t is None or t.kind != "tensor":
             return f"input '{name}' has no known tensor type"
@@ -106,14 +106,9 @@ def rule_reason(node: Any, ctx: Context) -> str | None:
             return f"output '{name}' is not a known float32 tensor"
     if op in BINARY_OPS and ("axis" in node.attrs or node.attr("broadcast", 0)):
         return f"{op} with the legacy axis/broadcast attributes"
-    if op in ELTWISE_OPS:
+    if op in ELTWISE_OPS:  # Clip's bounds and Gelu's approximation included
         try:
             eltwise_of(node, ctx.constant)
-        except Unsupported as e:
-            return str(e)
-    if op == "Clip":
-        try:
-            clip_bounds(node, ctx.constant)
         except Unsupported as e:
             return str(e)
     if op == "BatchNormalization":
@@ -125,8 +120,6 @@ def rule_reason(node: Any, ctx: Context) -> str | None:
             return "BatchNormalization-1 legacy attributes"
     if op in ("MaxPool", "AveragePool") and node.attr("storage_order", 0):
         return "MaxPool storage_order=1"
-    if op == "Gelu" and node.attr("approximate", "none") not in ("none", "tanh", b"none", b"tanh"):
-        return "Gelu approximation other than none/tanh"
     return None
 
 

@@ -109,7 +109,7 @@ class Instance:
                 self._keep.append(handle)
                 pairs.append((E.ARG_SCRATCHPAD, handle))
             self.calls.append((step.prim, len(pairs), ffi.new("dnnl_exec_arg_t[]", pairs)))
-        self.handles = handles
+        self.handles = handles  # keeps the memory objects alive: the exec-argument arrays hold raw pointers
         self.labels = [s.label for s in program.steps]
 
     def run(self, xs: list[np.ndarray], out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:

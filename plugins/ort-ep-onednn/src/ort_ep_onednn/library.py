@@ -63,7 +63,6 @@ const char *dnnl_scratchpad_mode2str(int v);
 const char *dnnl_cpu_isa2str(int v);
 
 dnnl_status_t dnnl_engine_create(dnnl_engine_t *engine, int kind, size_t index);
-dnnl_status_t dnnl_engine_destroy(dnnl_engine_t engine);
 dnnl_status_t dnnl_stream_create(dnnl_stream_t *stream, dnnl_engine_t engine, unsigned flags);
 dnnl_status_t dnnl_stream_wait(dnnl_stream_t stream);
 dnnl_status_t dnnl_stream_destroy(dnnl_stream_t stream);
@@ -72,8 +71,6 @@ dnnl_status_t dnnl_memory_desc_create_with_strides(dnnl_memory_desc_t *memory_de
     const dnnl_dims_t dims, int data_type, const dnnl_dims_t strides);
 dnnl_status_t dnnl_memory_desc_create_with_tag(dnnl_memory_desc_t *memory_desc, int ndims,
     const dnnl_dims_t dims, int data_type, int tag);
-dnnl_status_t dnnl_memory_desc_reshape(dnnl_memory_desc_t *out_memory_desc,
-    const_dnnl_memory_desc_t in_memory_desc, int ndims, const dnnl_dims_t dims);
 dnnl_status_t dnnl_memory_desc_create_submemory(dnnl_memory_desc_t *memory_desc,
     const_dnnl_memory_desc_t parent_memory_desc, const dnnl_dims_t dims, const dnnl_dims_t offsets);
 dnnl_status_t dnnl_memory_desc_clone(dnnl_memory_desc_t *memory_desc, const_dnnl_memory_desc_t existing);
@@ -90,7 +87,6 @@ dnnl_status_t dnnl_memory_destroy(dnnl_memory_t memory);
 dnnl_status_t dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 dnnl_status_t dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
 dnnl_status_t dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
-dnnl_status_t dnnl_primitive_attr_set_fpmath_mode(dnnl_primitive_attr_t attr, int mode);
 dnnl_status_t dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
 dnnl_status_t dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
 dnnl_status_t dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
@@ -139,9 +135,6 @@ dnnl_status_t dnnl_reorder_primitive_desc_create(dnnl_primitive_desc_t *reorder_
 dnnl_status_t dnnl_concat_primitive_desc_create(dnnl_primitive_desc_t *concat_primitive_desc,
     dnnl_engine_t engine, const_dnnl_memory_desc_t dst_desc, int n, int concat_dimension,
     const const_dnnl_memory_desc_t *src_descs, const_dnnl_primitive_attr_t attr);
-dnnl_status_t dnnl_sum_primitive_desc_create(dnnl_primitive_desc_t *sum_primitive_desc, dnnl_engine_t engine,
-    const_dnnl_memory_desc_t dst_desc, int n, const float *scales, const const_dnnl_memory_desc_t *src_descs,
-    const_dnnl_primitive_attr_t attr);
 const_dnnl_memory_desc_t dnnl_primitive_desc_query_md(const_dnnl_primitive_desc_t primitive_desc, int what,
     int index);
 dnnl_status_t dnnl_primitive_desc_query(const_dnnl_primitive_desc_t primitive_desc, int what, int index,
@@ -156,7 +149,6 @@ dnnl_status_t dnnl_primitive_destroy(dnnl_primitive_t primitive);
 
 _GOMP_CDEF = """
 void omp_set_num_threads(int num_threads);
-int omp_get_max_threads(void);
 """
 
 

@@ -17,9 +17,9 @@ from . import enums as E
 from . import primitives as P
 from . import views as V
 from .library import DnnlError, Library
-from .lowering_conv import ConvOps, conv_geometry, fold_batch_norm  # noqa: F401 (re-exported)
+from .lowering_conv import ConvOps
 from .lowering_matmul import MatmulOps
-from .program import Buf, Mem, Program, RefOnly, Spec, Step, Unsupported, Val, dims_of, impl_name  # noqa: F401
+from .program import Buf, Mem, Program, Spec, Step, Unsupported, Val, dims_of, impl_name
 
 ELTWISE_OPS = ("Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "Gelu", "Abs", "Sqrt", "Exp", "Clip",
                "Neg", "HardSwish", "Pow")
@@ -323,6 +323,16 @@ class Builder(ConvOps, MatmulOps):
         lib.check(lib.lib.dnnl_stream_wait(self._stream), "dnnl_stream_wait")
 
     # ------------------------------------------------------------------ fusion helpers
+
+    def _absorb(self, node: Any, count_as: str | None = None) -> None:
+        """``node`` is computed by the step being built (a post-op, a folded or fused op): it is done, its
+        inputs are read, and it is counted as fused (under ``count_as``, else its own op type)."""
+        self.done.add(node.id)
+        for name in node.inputs:
+            if name:
+                self.pending[name] -= 1
+        op = count_as or node.op_type
+        self.fused[op] = self.fused.get(op, 0) + 1
 
     def _sole_consumer(self, name: str) -> Any | None:
         """The one node reading ``name`` (once), when nothing else needs it; else None."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ort_core.plugins import is_onnx_domain
+
 from . import enums as E
 from . import primitives as P
 from . import views as V
@@ -99,13 +101,9 @@ class ConvOps:
                     chain = chain[:cut[0]]  # without the residual Add (and what follows it)
             if found is not None:
                 break
-        pd, post, args, dst, cur = found
+        pd, args, dst, cur = found
         for _, nxt, _ in chain:
-            self.done.add(nxt.id)
-            for name in nxt.inputs:
-                if name:
-                    self.pending[name] -= 1
-            self.fused[nxt.op_type] = self.fused.get(nxt.op_type, 0) + 1
+            self._absorb(nxt)
         self._step(pd, args, node.label)
         self._set(cur, Val(y_shape, dst))
 
@@ -189,7 +187,7 @@ class ConvOps:
         args = [(E.ARG_SRC, src), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst)]
         if bias is not None:
             args.append((E.ARG_BIAS, self.plain(bias, "Conv bias")))
-        return pd, post, args, dst, cur
+        return pd, args, dst, cur
 
     def _bn_constants(self, node: Any):
         """(scale, shift, mean, var, epsilon) of an inference BatchNormalization with constant
@@ -215,7 +213,7 @@ class ConvOps:
             raise Unsupported("BatchNormalization parameters are not of shape (C,)")
         flags = E.USE_GLOBAL_STATS | E.USE_SCALE | E.USE_SHIFT
         relu = self._sole_consumer(node.outputs[0])
-        if relu is None or relu.op_type != "Relu" or relu.domain not in ("", "ai.onnx"):
+        if relu is None or relu.op_type != "Relu" or not is_onnx_domain(relu.domain):
             relu = None
         else:  # DenseNet's pre-activation BN -> Relu: one pass (oneDNN's fused ReLU) instead of two
             flags |= E.FUSE_NORM_RELU
@@ -228,9 +226,7 @@ class ConvOps:
                         (E.ARG_SCALE, scale), (E.ARG_SHIFT, shift)], node.label)
         out = node.outputs[0]
         if relu is not None:
-            self.done.add(relu.id)
-            self.pending[out] -= 1
-            self.fused["Relu"] = self.fused.get("Relu", 0) + 1
+            self._absorb(relu)
             out = relu.outputs[0]
         self._set(out, Val(x.shape, dst))
 

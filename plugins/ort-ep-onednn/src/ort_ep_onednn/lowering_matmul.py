@@ -19,7 +19,7 @@ from .program import Mem, Unsupported, Val, impl_name
 class MatmulOps:
     """MatMul and Gemm lowerings (mixed into Builder)."""
 
-    def _matmul(self, a: Val, b: Val, a_mem: Mem, a_dims, b_mem_or_val, b_dims, out_dims, post: P.PostOps,
+    def _matmul(self, a_mem: Mem, a_dims, b_mem_or_val, b_dims, out_dims, post: P.PostOps,
                 bias: Val | None, bias_dims, label: str, extra_args=()) -> Mem:
         lib = self.lib
         const_b = isinstance(b_mem_or_val, Val)
@@ -85,11 +85,7 @@ class MatmulOps:
                 post.eltwise(*act)
             else:
                 break
-            self.done.add(nxt.id)
-            for name in nxt.inputs:
-                if name:
-                    self.pending[name] -= 1
-            self.fused[nxt.op_type] = self.fused.get(nxt.op_type, 0) + 1
+            self._absorb(nxt)
             cur = nxt.outputs[0]
         return post, bias, cur
 
@@ -130,11 +126,7 @@ class MatmulOps:
         probe = P.inner_product(lib, x.mem.md, P.any_md(lib, w_dims), None, P.plain_md(lib, out_dims), self._attr())
         if impl_name(probe).startswith("ref"):
             return False
-        for name in fc.inputs:
-            if name:
-                self.pending[name] -= 1
-        self.done.add(fc.id)
-        self.fused[node.op_type] = self.fused.get(node.op_type, 0) + 1
+        self._absorb(fc, count_as=node.op_type)  # counted as the Flatten folded into it
         post, bias_e, cur = self._matmul_epilogue(fc, out_dims, allow_bias=bias is None)
         bias_val = self._const_val(np.ascontiguousarray(bias, np.float32)) if bias is not None else bias_e
         bias_md = None if bias_val is None else P.plain_md(lib, (n_out,))
@@ -178,7 +170,7 @@ class MatmulOps:
             self.alias(self.plain(b, "MatMul B"), b_dims)
         post, bias, cur = self._matmul_epilogue(node, out_shape, allow_bias=len(b.shape) >= 2)
         bias_dims = (1,) * (len(out_dims) - 1) + (out_dims[-1],)
-        dst = self._matmul(a, b, a_mem, a_dims, b_arg, b_dims, out_dims, post, bias, bias_dims, node.label)
+        dst = self._matmul(a_mem, a_dims, b_arg, b_dims, out_dims, post, bias, bias_dims, node.label)
         self._set(cur, Val(out_shape, self.alias(dst, out_shape)))
 
     def _op_Gemm(self, node: Any) -> None:
@@ -232,5 +224,5 @@ class MatmulOps:
             post, bias_e, cur = self._matmul_epilogue(node, (M, N), allow_bias=True)
             if bias_e is not None:
                 bias, bias_dims = bias_e, (1, N)
-        dst = self._matmul(a, b, a_mem, (M, K), b_arg, (K, N), (M, N), post, bias, bias_dims, node.label, extra)
+        dst = self._matmul(a_mem, (M, K), b_arg, (K, N), (M, N), post, bias, bias_dims, node.label, extra)
         self._set(cur, Val((M, N), dst))

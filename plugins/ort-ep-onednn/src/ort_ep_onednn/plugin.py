@@ -7,7 +7,7 @@ memory (oneDNN's CPU engine computes there).
 from __future__ import annotations
 
 from ort_core.memory import HOST, HostAllocator, HostDataTransfer
-from ort_core.plugins import Capability, ProviderInfo, constant_node_values, hookimpl
+from ort_core.plugins import Capability, ProviderInfo, hookimpl
 
 from . import __version__
 from . import library as L
@@ -28,7 +28,7 @@ def ort_register_providers():
     if not reason:
         lib = L.library()
         description = (f"oneDNN {lib.version} ({lib.isa_name()}) through its C API (cffi): fused float32 "
-                       "subgraphs as primitives in blocked layouts")
+                       "subgraphs as primitives, activations channels-last")
     return [ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
                          version=__version__)]
 
@@ -71,17 +71,13 @@ def ort_compile(provider, subgraph, options):
     problem = precision_reason(lib, opts)
     if problem:
         raise RuntimeError(problem)
-    opset = subgraph.opsets.get("", subgraph.opsets.get("ai.onnx", 0))
+    opset = subgraph.opsets.get("", 0)  # the loader spells the default domain ""
     ctx = Context(subgraph.graph, opset, subgraph.constants.get)
     for node in subgraph.nodes:  # the same rules as capability (cached), so the two never disagree
         why = unsupported_reason(lib, node, ctx, bf16_of(opts))
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
-    constants = dict(subgraph.constants)
-    node_values = constant_node_values(subgraph.graph)
-    for name in subgraph.inputs:
-        if name not in constants and name in node_values:
-            constants[name] = node_values[name]
+    constants = {n: v for n in subgraph.inputs if (v := ctx.constant(n)) is not None}
     spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset)
     # initializers that are also graph inputs: constant while the session passes them unchanged
     inits = subgraph.graph.initializers

@@ -71,14 +71,6 @@ class Md:
                   f"dnnl_memory_desc_create_submemory({list(dims)} at {list(offsets)})")
         return Md(lib, out[0], tuple(int(d) for d in dims))
 
-    def reshaped(self, dims: Sequence[int]) -> Md:
-        """The same bytes seen with other dims (oneDNN checks the layout allows it)."""
-        lib = self.lib
-        out = lib.ffi.new("dnnl_memory_desc_t *")
-        lib.check(lib.lib.dnnl_memory_desc_reshape(out, self.ptr, len(dims), _dims(lib, dims)),
-                  f"dnnl_memory_desc_reshape({list(self.dims)} -> {list(dims)})")
-        return Md(lib, out[0], tuple(int(d) for d in dims))
-
 
 def _dims(lib: Library, values: Sequence[int]) -> Any:
     return lib.ffi.new("dnnl_dims_t", [int(v) for v in values])
@@ -255,13 +247,6 @@ def concat(lib: Library, dst: Md, axis: int, srcs: Sequence[Md], attr: Attr) -> 
     arr = lib.ffi.new("const_dnnl_memory_desc_t[]", [s.ptr for s in srcs])
     return _pd(lib, "concat", lib.lib.dnnl_concat_primitive_desc_create, lib.engine, dst.ptr, len(srcs), int(axis),
                arr, attr.ptr)
-
-
-def sum_(lib: Library, dst: Md, srcs: Sequence[Md], attr: Attr) -> Pd:
-    arr = lib.ffi.new("const_dnnl_memory_desc_t[]", [s.ptr for s in srcs])
-    scales = lib.ffi.new("float[]", [1.0] * len(srcs))
-    return _pd(lib, "sum", lib.lib.dnnl_sum_primitive_desc_create, lib.engine, dst.ptr, len(srcs), scales, arr,
-               attr.ptr)
 
 
 def aligned_bytes(nbytes: int, align: int = 64) -> np.ndarray:
