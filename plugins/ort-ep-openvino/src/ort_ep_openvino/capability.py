@@ -18,7 +18,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ort_core.plugins import FusedSubgraph, constant_node_value, constant_node_values
+from ort_core.plugins import FusedSubgraph, constant_node_value, constant_node_values, is_onnx_domain, onnx_domain
 
 from . import __version__
 from . import runtime as rt
@@ -148,7 +148,7 @@ class Context:
 
 def static_reason(node: Any, ctx: Context) -> str | None:
     """Why OpenVINO is not asked to take ``node`` (op table and dtype rules), or None to probe it."""
-    if node.domain not in ("", "ai.onnx"):
+    if not is_onnx_domain(node.domain):
         return f"domain '{node.domain}' is not supported by OpenVINO's ONNX frontend here"
     op = node.op_type
     if op in NOT_CLAIMED:
@@ -535,7 +535,7 @@ def signature(node: Any, ctx: Context, device: str, dynamic: bool) -> str:
         inputs.append((et, shape, digest))
     outputs = tuple(bool(o) for o in node.outputs)
     attrs = tuple(sorted((k, _canon(v)) for k, v in node.attrs.items()))
-    return repr((device, node.domain, node.op_type, ctx.opsets.get(node.domain or "", 0), attrs, tuple(inputs),
+    return repr((device, node.domain, node.op_type, ctx.opsets.get(onnx_domain(node.domain), 0), attrs, tuple(inputs),
                  outputs, dynamic))
 
 

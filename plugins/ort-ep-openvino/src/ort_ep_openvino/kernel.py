@@ -10,8 +10,6 @@ import threading
 from typing import Any
 
 import numpy as np
-import onnx
-from onnx import numpy_helper
 
 from ort_core.plugins import FusedSubgraph, constant_node_values
 
@@ -30,13 +28,11 @@ class RequestPool:
         self.compiled = compiled
         self._free = [compiled.create_infer_request()]
         self._lock = threading.Lock()
-        self.created = 1
 
     def take(self) -> rt.InferRequest:
         with self._lock:
             if self._free:
                 return self._free.pop()
-            self.created += 1
         return self.compiled.create_infer_request()
 
     def give(self, request: rt.InferRequest) -> None:
@@ -49,19 +45,18 @@ class CompiledSubgraph:
 
     def __init__(self, subgraph: FusedSubgraph, options: Options) -> None:
         self.name = subgraph.name
-        self.device = options.device_type
-        proto = subgraph.to_model_proto()
         # values of Constant nodes outside the subgraph are as fixed as initializers: baked in
         # too, so that OpenVINO sees them as constants (a runtime axes input has no static rank)
         node_constants = constant_node_values(subgraph.graph)
         baked = {n: node_constants[n] for n in subgraph.inputs
                  if n not in subgraph.constants and n in node_constants}
         if baked:
-            proto = _with_initializers(proto, baked)
-        self.properties = options.compile_properties()
-        compiled = rt.compile_bytes(proto.SerializeToString(), self.device, self.properties)
+            subgraph = FusedSubgraph(subgraph.name, subgraph.nodes, subgraph.inputs, subgraph.outputs,
+                                     {**subgraph.constants, **baked}, subgraph.opsets, subgraph.graph)
+        proto = subgraph.to_model_proto()
+        compiled = rt.compile_bytes(proto.SerializeToString(), options.device_type, options.compile_properties())
         self.pool = RequestPool(compiled)
-        fixed = set(subgraph.constants) | set(baked)
+        fixed = set(subgraph.constants)
         feedable = [k for k, name in enumerate(subgraph.inputs) if name not in fixed]
         ov_inputs, ov_outputs = compiled.port_names()
         # OpenVINO drops parameters nothing reads (Dropout's ratio at inference, for one), so
@@ -143,17 +138,6 @@ def _match(ov_names: list[str], names: list[str], positions, what: str, reverse:
         out.append(positions[k])
         last = k
     return out
-
-
-def _with_initializers(proto: onnx.ModelProto, values: dict[str, np.ndarray]) -> onnx.ModelProto:
-    """A copy of ``proto`` in which the graph inputs named in ``values`` become initializers."""
-    model = onnx.ModelProto()
-    model.CopyFrom(proto)
-    keep = [vi for vi in model.graph.input if vi.name not in values]
-    del model.graph.input[:]
-    model.graph.input.extend(keep)
-    model.graph.initializer.extend(numpy_helper.from_array(np.asarray(v), n) for n, v in values.items())
-    return model
 
 
 def compile_subgraph(subgraph: FusedSubgraph, options: Options) -> CompiledSubgraph:

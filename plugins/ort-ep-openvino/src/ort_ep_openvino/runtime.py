@@ -361,7 +361,7 @@ class InferRequest:
         shape = ffi.new("ov_shape_t *", (array.ndim, dims))
         tensor = ffi.new("ov_tensor_t **")
         # a zero-size array may point at numpy's shared empty buffer; OpenVINO never reads it
-        self.rt.check(lib.ov_tensor_create_from_host_ptr(element_type, shape[0], ffi.cast("void *", array.ctypes.data),
+        self.rt.check(lib.ov_tensor_create_from_host_ptr(element_type, shape[0], ffi.from_buffer(array),
                                                          tensor), "ov_tensor_create_from_host_ptr")
         try:
             self.rt.check(lib.ov_infer_request_set_input_tensor_by_index(self.ptr, index, tensor[0]),
@@ -402,7 +402,7 @@ class InferRequest:
             if out.nbytes:
                 data = ffi.new("void **")
                 check(lib.ov_tensor_data(t, data), "ov_tensor_data")
-                ffi.memmove(ffi.cast("char *", out.ctypes.data), ffi.cast("char *", data[0]), out.nbytes)
+                ffi.memmove(out, data[0], out.nbytes)
             return out
         finally:
             lib.ov_tensor_free(t)
