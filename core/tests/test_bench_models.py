@@ -72,7 +72,7 @@ def test_bert_has_the_exported_forms():
     shapes = [inits[n.input[1]].tolist() for n in model.graph.node if n.op_type == "Reshape"]
     assert shapes.count([0, 0, HEADS, HIDDEN // HEADS]) == 3 * LAYERS and shapes.count([0, 0, HIDDEN]) == LAYERS
     scale = [float(inits[n.input[1]]) for n in model.graph.node if n.op_type == "Div" and n.input[1] in inits
-             and inits[n.input[1]].ndim == 0 and float(inits[n.input[1]]) != 1.4142135]
+             and inits[n.input[1]].ndim == 0 and float(inits[n.input[1]]) != float(np.float32(math.sqrt(2)))]
     assert scale.count(math.sqrt(HIDDEN // HEADS)) == LAYERS
     assert [i.name for i in model.graph.input] == ["x", "mask"] and model.graph.output[0].name == "y"
 

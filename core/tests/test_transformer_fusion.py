@@ -169,7 +169,7 @@ def test_layer_norm_with_wrong_exponent_is_not_fused():
     v = b.reduce_mean(b.op("Pow", d, b.const(3.0)))
     y = b.op("Div", d, b.op("Sqrt", b.op("Add", v, b.const(10.0))))
     ops, _ = run_both(b.model([("x", F, [2, 8])], [y]), {"x": np.abs(rand(2, 8))})
-    assert "LayerNormalization" not in ops
+    assert "LayerNormalization" not in ops and "ReduceMean" in ops
 
 
 # ------------------------------------------------------------------------------------- SkipLayerNorm
@@ -214,7 +214,8 @@ def test_gelu_with_wrong_constant_or_extra_reader_is_not_fused():
     b = Builder()
     one = b.op("Add", b.op("Erf", b.op("Div", "x", b.const(1.5))), b.const(1.0))
     y = b.op("Mul", b.op("Mul", "x", b.const(0.5)), one)
-    assert "Gelu" not in run_both(b.model([("x", F, [4])], [y]), {"x": rand(4)})[0]
+    ops = run_both(b.model([("x", F, [4])], [y]), {"x": rand(4)})[0]
+    assert "Gelu" not in ops and "Erf" in ops
     b = Builder()
     y = b.gelu("x")
     erf = next(n.output[0] for n in b.nodes if n.op_type == "Erf")
@@ -255,7 +256,7 @@ def test_attention_with_probabilities_read_elsewhere_or_cross_inputs_is_not_fuse
     k_matmul.input[0] = "memory"  # keys and values from elsewhere: cross-attention
     ops, _ = run_both(b.model([("x", F, [1, 3, 8]), ("memory", F, [1, 3, 8])], [y]),
                       {"x": rand(1, 3, 8), "memory": rand(1, 3, 8, seed=4)})
-    assert "Attention" not in ops
+    assert "Attention" not in ops and "Softmax" in ops
 
 
 def test_attention_reshape_that_mixes_batch_and_sequence_is_not_fused():
@@ -336,7 +337,8 @@ def test_tanh_gelu_with_wrong_coefficient_is_not_fused():
     cube = b.op("Mul", b.op("Pow", "x", b.const(3.0)), b.const(0.05))
     inner = b.op("Mul", b.op("Add", "x", cube), b.const(math.sqrt(2.0 / math.pi)))
     y = b.op("Mul", b.op("Mul", b.const(0.5), "x"), b.op("Add", b.op("Tanh", inner), b.const(1.0)))
-    assert "FastGelu" not in run_both(b.model([("x", F, [4, 10])], [y]), {"x": rand(4, 10)})[0]
+    ops = run_both(b.model([("x", F, [4, 10])], [y]), {"x": rand(4, 10)})[0]
+    assert "FastGelu" not in ops and "Tanh" in ops
 
 
 def test_attention_with_softmax_over_other_axis_is_not_fused():

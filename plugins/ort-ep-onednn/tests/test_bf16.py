@@ -262,8 +262,10 @@ def test_bf16_dense_block_stays_bf16_and_channels_last(programs):
     x = {"x": rng.standard_normal((1, 8, hw, hw)).astype(np.float32)}
     (want,) = session(model, [CPU]).run(None, x)
     (got,) = session(model, [BF16]).run(None, x)
-    assert float(np.abs(got - want).max()) < 2e-2 * float(np.abs(want).max())
+    err = float(np.abs(got - want).max())
+    assert 0 < err < 2e-2 * float(np.abs(want).max())  # really bf16, within its precision
     steps = [s for p in programs for s in p.steps]
+    assert [op_of(s) for s in steps].count("Conv") == 4, [s.label for s in steps]
     inner = [s for s in steps[1:-1] if op_of(s).startswith("reorder")]
     assert not inner, [s.label for s in steps]
     assert not [s for s in steps if s.impl.startswith("ref")], [(s.label, s.impl) for s in steps]
