@@ -169,5 +169,6 @@ def _targets(results: list[dict]) -> list[str]:
             continue
         met = [n for n, v in values if v <= limit]
         missed = ", ".join(f"{n} {v:.2f}" for n, v in values if v > limit)
-        out.append(f"- {what} ≤ {limit:g}: {len(met)}/{len(values)} {PASS}" + (f"; {MISS} {missed}" if missed else ""))
+        verdict = f"; {MISS} {missed}" if missed else f" {PASS}"
+        out.append(f"- {what} ≤ {limit:g}: {len(met)}/{len(values)} met{verdict}")
     return out
