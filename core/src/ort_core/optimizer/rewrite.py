@@ -51,8 +51,8 @@ class Matcher:
 
     Walks only nodes the CPU provider took (``on_cpu``) in the default domain; ``closed`` checks that
     a pattern's intermediate values are read by nobody outside it; ``replace`` swaps a pattern for one
-    node and rebuilds the indexes (cpu_fusion's producer + follower chains instead edit nodes in place
-    and keep ``consumers`` up to date themselves).
+    node and updates the indexes for just those nodes (cpu_fusion's producer + follower chains instead
+    edit nodes in place and keep ``consumers`` up to date themselves).
     """
 
     def __init__(self, model: Model, on_cpu: set[int]):
@@ -125,7 +125,7 @@ class Matcher:
 
     def add_constant(self, base: str, value: np.ndarray) -> str:
         name = fresh_name(self.graph, base)
-        self.graph.initializers[name] = value
+        self.graph.initializers[name] = self.constants[name] = value
         return name
 
     def replace(self, nodes: list[Node], op_type: str, inputs: list[str], outputs: list[str], attrs: dict,
@@ -137,14 +137,29 @@ class Matcher:
         new = Node(op_type, list(inputs), list(outputs), dict(attrs), domain=domain, name=last.name, id=last.id)
         kept = [n for n in self.graph.nodes[:at] if n.id not in drop]
         self.graph.nodes = kept + [new] + [n for n in self.graph.nodes[at + 1:] if n.id not in drop]
+        # the indexes change only around these nodes (patterns hold no subgraphs and never drop a
+        # protected value, so ``protected`` stands); rebuilding them per fusion made creation quadratic
+        for n in nodes:
+            del self.by_id[n.id]
+            for o in n.outputs:
+                if o and self.producers.get(o) is n:
+                    del self.producers[o]
+            for i in set(n.inputs):
+                if i:
+                    self.consumers[i] = [u for u in self.consumers.get(i, []) if u is not n]
+        self.by_id[new.id] = new
+        for o in new.outputs:
+            if o:
+                self.producers[o] = new
+        for i in dict.fromkeys(new.inputs):
+            if i:
+                self.consumers.setdefault(i, []).append(new)
         self._drop_unused_constants({i for n in nodes for i in n.inputs if i})
-        self.refresh()
         return new
 
     def _drop_unused_constants(self, names: set[str]) -> None:
         """Weights only the replaced nodes read (repacked into new constants) need not stay in memory."""
-        feedable = {v.name for v in self.graph.inputs}
-        read = {i for n in self.graph.nodes for i in n.inputs} | protected_names(self.graph)
         for name in names:
-            if name in self.graph.initializers and name not in feedable and name not in read:
+            if name in self.constants and not self.consumers.get(name) and name not in self.protected:
                 del self.graph.initializers[name]
+                del self.constants[name]
