@@ -68,14 +68,12 @@ class Instance:
     the exec-argument arrays, built once and reused by later calls (one call at a time)."""
 
     def __init__(self, lib: Library, program: Program, slot_of: dict[int, int], sizes: list[int]) -> None:
-        ffi, c = lib.ffi, lib.lib
+        ffi = lib.ffi
         self.lib = lib
         self.slots = [P.aligned_bytes(max(n, 64)) for n in sizes]
         scratch = max((s.scratch.size for s in program.steps if s.scratch is not None), default=0)
         self.scratch = P.aligned_bytes(max(scratch, 64))
-        stream = ffi.new("dnnl_stream_t *")
-        lib.check(c.dnnl_stream_create(stream, lib.engine, E.STREAM_IN_ORDER), "dnnl_stream_create")
-        self.stream = ffi.gc(stream[0], c.dnnl_stream_destroy)
+        self.stream = P.stream(lib)
         self._keep: list[Any] = []
         n_in = max((b.index for b in program.bufs if b.kind == "input"), default=-1) + 1
         self.in_binds: list[list[Any]] = [[] for _ in range(n_in)]
@@ -84,28 +82,22 @@ class Instance:
         for mem in program.mems:
             buf = mem.buf
             if buf.kind == "const":
-                ptr = ffi.cast("void *", buf.array.ctypes.data)
+                data = buf.array
             elif buf.kind == "internal":
-                ptr = ffi.cast("void *", self.slots[slot_of[id(buf)]].ctypes.data) if id(buf) in slot_of \
-                    else ffi.NULL
+                data = self.slots[slot_of[id(buf)]] if id(buf) in slot_of else None
             else:
-                ptr = ffi.NULL
-            out = ffi.new("dnnl_memory_t *")
-            lib.check(c.dnnl_memory_create(out, mem.md.ptr, lib.engine, ptr), "dnnl_memory_create")
-            handle = ffi.gc(out[0], c.dnnl_memory_destroy)
+                data = None  # feeds and results: bound per call
+            handle = P.memory(lib, mem.md, data)
             handles[id(mem)] = handle
             if buf.kind == "input":
                 self.in_binds[buf.index].append(handle)
             elif buf.kind == "output":
                 self.out_binds[buf.index].append(handle)
-        scratch_ptr = ffi.cast("void *", self.scratch.ctypes.data)
         self.calls: list[tuple[Any, int, Any]] = []
         for step in program.steps:
             pairs = [(arg, handles[id(mem)]) for arg, mem in step.args]
             if step.scratch is not None:
-                out = ffi.new("dnnl_memory_t *")
-                lib.check(c.dnnl_memory_create(out, step.scratch.ptr, lib.engine, scratch_ptr), "dnnl_memory_create")
-                handle = ffi.gc(out[0], c.dnnl_memory_destroy)
+                handle = P.memory(lib, step.scratch, self.scratch)
                 self._keep.append(handle)
                 pairs.append((E.ARG_SCRATCHPAD, handle))
             self.calls.append((step.prim, len(pairs), ffi.new("dnnl_exec_arg_t[]", pairs)))

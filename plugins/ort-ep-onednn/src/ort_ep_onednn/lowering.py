@@ -19,7 +19,7 @@ from . import views as V
 from .library import DnnlError, Library
 from .lowering_conv import ConvOps
 from .lowering_matmul import MatmulOps
-from .program import Buf, Mem, Program, Spec, Step, Unsupported, Val, dims_of, impl_name
+from .program import Buf, Mem, Program, Spec, Step, Unsupported, Val, dims_of
 
 ELTWISE_OPS = ("Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "Gelu", "Abs", "Sqrt", "Exp", "Clip",
                "Neg", "HardSwish", "Pow")
@@ -227,7 +227,7 @@ class Builder(ConvOps, MatmulOps):
 
     def _step(self, pd: P.Pd, args: list[tuple[int, Mem]], label: str) -> None:
         prim = None if self.probe else pd.primitive()
-        self.steps.append(Step(prim, args, pd.scratchpad_md(), label, impl_name(pd)))
+        self.steps.append(Step(prim, args, pd.scratchpad_md(), label, pd.impl))
 
     def _reorder_into(self, src: Mem, dst: Mem, label: str) -> None:
         pd = P.reorder(self.lib, src.md, dst.md, self._attr())
@@ -266,14 +266,14 @@ class Builder(ConvOps, MatmulOps):
         if dt != E.DT_F32:
             try:
                 pd = make(x.mem, dt)
-                if not impl_name(pd).startswith("ref"):
+                if not pd.is_ref:
                     return pd, x.mem
             except DnnlError:
                 pass
             src = self.plain(x, label)
             return make(src, E.DT_F32), src
         pd = make(x.mem, dt)
-        if impl_name(pd).startswith("ref") and not self._is_plain(x):
+        if pd.is_ref and not self._is_plain(x):
             src = self.plain(x, label)  # a view in an unusual dimension order: a plain copy gets a jit kernel
             return make(src, dt), src
         return pd, x.mem
@@ -298,25 +298,12 @@ class Builder(ConvOps, MatmulOps):
         """Execute a primitive at build time on constant buffers (weights reordered once)."""
         lib, ffi = self.lib, self.lib.ffi
         if self._stream is None:
-            s = ffi.new("dnnl_stream_t *")
-            lib.check(lib.lib.dnnl_stream_create(s, lib.engine, E.STREAM_IN_ORDER), "dnnl_stream_create")
-            self._stream = ffi.gc(s[0], lib.lib.dnnl_stream_destroy)
-        mems = []
-        for _, mem in args:
-            m = ffi.new("dnnl_memory_t *")
-            ptr = ffi.cast("void *", mem.buf.array.ctypes.data)
-            lib.check(lib.lib.dnnl_memory_create(m, mem.md.ptr, lib.engine, ptr), "dnnl_memory_create")
-            mems.append(ffi.gc(m[0], lib.lib.dnnl_memory_destroy))
+            self._stream = P.stream(lib)
+        pairs = [(a, P.memory(lib, mem.md, mem.buf.array)) for a, mem in args]
         scratch = pd.scratchpad_md()
-        keep = None
-        pairs = [(a, m) for (a, _), m in zip(args, mems)]
         if scratch is not None:
             keep = P.aligned_bytes(scratch.size)
-            m = ffi.new("dnnl_memory_t *")
-            lib.check(lib.lib.dnnl_memory_create(m, scratch.ptr, lib.engine, ffi.cast("void *", keep.ctypes.data)),
-                      "dnnl_memory_create")
-            mems.append(ffi.gc(m[0], lib.lib.dnnl_memory_destroy))
-            pairs.append((E.ARG_SCRATCHPAD, mems[-1]))
+            pairs.append((E.ARG_SCRATCHPAD, P.memory(lib, scratch, keep)))
         arr = ffi.new("dnnl_exec_arg_t[]", pairs)
         prim = pd.primitive()
         lib.check(lib.lib.dnnl_primitive_execute(prim, self._stream, len(pairs), arr), "dnnl_primitive_execute")
@@ -454,16 +441,16 @@ class Builder(ConvOps, MatmulOps):
                     pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims, dt0), self._attr())
                 except DnnlError:
                     pd = None
-            if pd is None or impl_name(pd).startswith("ref"):
+            if pd is None or pd.is_ref:
                 return self._binary(alg, self._f32(a, label), self._f32(b, label), label)
         else:
             pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims), self._attr())
-            if impl_name(pd).startswith("ref") and tuple(b.shape) == shape and src1.md != src0.md:
+            if pd.is_ref and tuple(b.shape) == shape and src1.md != src0.md:
                 # two sources in different layouts (a conv's blocked output and a transposed view) send
                 # oneDNN to its reference kernel, ~100x slower: one reorder into the first's layout avoids it
                 src1 = self.as_md(b, src0.md, label)
                 pd = P.binary(self.lib, alg, src0.md, src1.md, P.any_md(self.lib, dims), self._attr())
-            if impl_name(pd).startswith("ref") and not (self._is_plain(a) and self._is_plain(b)):
+            if pd.is_ref and not (self._is_plain(a) and self._is_plain(b)):
                 # views in unusual dimension orders (Transpose, Reshape): plain copies get a jit kernel
                 return self._binary(alg, Val(a.shape, self.plain(a, label)), Val(b.shape, self.plain(b, label)),
                                     label)
@@ -569,9 +556,9 @@ class Builder(ConvOps, MatmulOps):
         srcs = [v.mem for v in vals]
         dt = srcs[0].md.data_type()  # the result keeps the inputs' type (bf16 with precision=bf16)
         pd = P.concat(self.lib, P.any_md(self.lib, shape, dt), axis, [m.md for m in srcs], self._attr())
-        if impl_name(pd).startswith("ref") and r == 4:
+        if pd.is_ref and r == 4:
             pd, srcs = self._concat_in_one_layout(vals, shape, axis, pd, srcs, node.label)
-        if impl_name(pd).startswith("ref") and not all(self._is_plain(v) for v in vals):
+        if pd.is_ref and not all(self._is_plain(v) for v in vals):
             srcs = [self.plain(v, node.label) for v in vals]
             pd = P.concat(self.lib, P.any_md(self.lib, shape), axis, [m.md for m in srcs], self._attr())
         dst = self._new(pd.md(E.QUERY_DST_MD, 0, shape))
@@ -593,7 +580,7 @@ class Builder(ConvOps, MatmulOps):
                     step *= v.shape[d]
                 mds.append(P.strided_md(self.lib, v.shape, strides, v.mem.md.data_type()))
             candidate = P.concat(self.lib, P.any_md(self.lib, shape, mds[0].data_type()), axis, mds, self._attr())
-            if not impl_name(candidate).startswith("ref"):
+            if not candidate.is_ref:
                 return candidate, [self.as_md(v, md, label) for v, md in zip(vals, mds)]
         return pd, srcs
 

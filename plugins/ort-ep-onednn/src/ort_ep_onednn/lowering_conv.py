@@ -17,7 +17,7 @@ from . import enums as E
 from . import primitives as P
 from . import views as V
 from .library import DnnlError
-from .program import RefOnly, Unsupported, Val, impl_name
+from .program import RefOnly, Unsupported, Val
 
 
 def conv_geometry(x_spatial, kernel, strides, dilations, pads, auto_pad: str):
@@ -175,9 +175,9 @@ class ConvOps:
         for dst_md in dsts:
             pd = P.convolution(lib, P.any_md(lib, x.shape, dt), P.any_md(lib, w_dims, dt), bias_md, dst_md, strides,
                                [d - 1 for d in dil], pl, pr, self._attr(post))
-            if not impl_name(pd).startswith("ref"):
+            if not pd.is_ref:
                 break
-        if (res_val is not None or dt != E.DT_F32) and impl_name(pd).startswith("ref"):
+        if (res_val is not None or dt != E.DT_F32) and pd.is_ref:
             raise RefOnly()
         src = self.as_md(x, pd.md(E.QUERY_SRC_MD, 0, x.shape), "Conv input")
         wts = self.as_md(w_val, pd.md(E.QUERY_WEIGHTS_MD, 0, w_dims), "Conv weights")

@@ -13,7 +13,7 @@ import numpy as np
 from . import enums as E
 from . import primitives as P
 from .library import DnnlError
-from .program import Mem, Unsupported, Val, impl_name
+from .program import Mem, Unsupported, Val
 
 
 class MatmulOps:
@@ -32,7 +32,7 @@ class MatmulOps:
                               self._attr(post))
             except DnnlError:
                 pd = None
-            if pd is not None and impl_name(pd).startswith("ref"):
+            if pd is not None and pd.is_ref:
                 pd = None
             if pd is not None:
                 a_mem = self._bf16_copy(a_mem, a_dims, f"{label} A")
@@ -124,7 +124,7 @@ class MatmulOps:
         w_dims = (n_out, *x.shape[1:])
         out_dims = (shape[0], n_out)
         probe = P.inner_product(lib, x.mem.md, P.any_md(lib, w_dims), None, P.plain_md(lib, out_dims), self._attr())
-        if impl_name(probe).startswith("ref"):
+        if probe.is_ref:
             return False
         self._absorb(fc, count_as=node.op_type)  # counted as the Flatten folded into it
         post, bias_e, cur = self._matmul_epilogue(fc, out_dims, allow_bias=bias is None)

@@ -156,6 +156,21 @@ class Pd:
         self.lib, self.what = lib, what
         self.ptr = lib.ffi.gc(ptr, lib.lib.dnnl_primitive_desc_destroy)
 
+    @property
+    def impl(self) -> str:
+        """The implementation oneDNN picked ('brg:avx512_core', 'jit:avx512_core', 'ref:any', ...)."""
+        lib = self.lib
+        out = lib.ffi.new("const char **")
+        if (lib.lib.dnnl_primitive_desc_query(self.ptr, E.QUERY_IMPL_INFO_STR, 0, out) != E.SUCCESS
+                or out[0] == lib.ffi.NULL):
+            return ""
+        return lib.ffi.string(out[0]).decode(errors="replace")
+
+    @property
+    def is_ref(self) -> bool:
+        """Whether that is oneDNN's reference implementation (correct, often 10-100x slower)."""
+        return self.impl.startswith("ref")
+
     def md(self, query: int, index: int, dims: Sequence[int]) -> Md:
         ptr = self.lib.lib.dnnl_primitive_desc_query_md(self.ptr, query, index)
         if ptr == self.lib.ffi.NULL:
@@ -247,6 +262,21 @@ def concat(lib: Library, dst: Md, axis: int, srcs: Sequence[Md], attr: Attr) -> 
     arr = lib.ffi.new("const_dnnl_memory_desc_t[]", [s.ptr for s in srcs])
     return _pd(lib, "concat", lib.lib.dnnl_concat_primitive_desc_create, lib.engine, dst.ptr, len(srcs), int(axis),
                arr, attr.ptr)
+
+
+def stream(lib: Library) -> Any:
+    """An in-order CPU stream, owned."""
+    out = lib.ffi.new("dnnl_stream_t *")
+    lib.check(lib.lib.dnnl_stream_create(out, lib.engine, E.STREAM_IN_ORDER), "dnnl_stream_create")
+    return lib.ffi.gc(out[0], lib.lib.dnnl_stream_destroy)
+
+
+def memory(lib: Library, md: Md, data: np.ndarray | None) -> Any:
+    """A memory object over ``data``'s buffer (None: no buffer yet, bound per call), owned."""
+    out = lib.ffi.new("dnnl_memory_t *")
+    ptr = lib.ffi.NULL if data is None else lib.ffi.from_buffer(data)
+    lib.check(lib.lib.dnnl_memory_create(out, md.ptr, lib.engine, ptr), "dnnl_memory_create")
+    return lib.ffi.gc(out[0], lib.lib.dnnl_memory_destroy)
 
 
 def aligned_bytes(nbytes: int, align: int = 64) -> np.ndarray:

@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from . import enums as E
 from . import primitives as P
 
 
@@ -88,12 +87,3 @@ class Program:
 def dims_of(shape: tuple[int, ...]) -> tuple[int, ...]:
     """oneDNN has no 0-d descriptors: a scalar is held as one element."""
     return shape if shape else (1,)
-
-
-def impl_name(pd: P.Pd) -> str:
-    """The implementation oneDNN picked ('brg:avx512_core', 'jit:avx512_core', 'ref:any', ...)."""
-    lib = pd.lib
-    out = lib.ffi.new("const char **")
-    if lib.lib.dnnl_primitive_desc_query(pd.ptr, E.QUERY_IMPL_INFO_STR, 0, out) != E.SUCCESS or out[0] == lib.ffi.NULL:
-        return ""
-    return lib.ffi.string(out[0]).decode(errors="replace")
