@@ -78,6 +78,7 @@ class InferenceSession:
             else None
         t_start = time.perf_counter_ns()
         self._max_tensor_bytes = parse_max_tensor_bytes(self._sess_options._config)
+        self._limits = RunContext(self._max_tensor_bytes)  # what kernels see at creation and in runs
         config = self._sess_options._config
         inference = config.get(SHAPE_INFERENCE_KEY, "isolated")
         if inference not in INFERENCE_MODES:
@@ -95,7 +96,7 @@ class InferenceSession:
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
         self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
             registry, providers, provider_options, self._strict)
-        with run_context(RunContext(self._max_tensor_bytes)):  # folding and kernel factories obey the limit
+        with run_context(self._limits):  # folding and kernel factories obey the limit
             self._optimizer_stats = _optimize(self._model, int(self._sess_options.graph_optimization_level),
                                               _cpu_evaluator(registry, self._model))
             infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
@@ -173,7 +174,7 @@ class InferenceSession:
             self._output_slots[v.name] = slot
             b.keep.add(slot)
         self._plan = b.finish()
-        self._plan.context = RunContext(self._max_tensor_bytes)
+        self._plan.context = self._limits
         if self._profiler is not None:
             self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
         self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
@@ -278,7 +279,7 @@ class InferenceSession:
         registry = get_registry()
         self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
             registry, providers, provider_options, self._strict)
-        with run_context(RunContext(self._max_tensor_bytes)):
+        with run_context(self._limits):
             self._build_with_fallback(registry)
 
     def end_profiling(self) -> str:

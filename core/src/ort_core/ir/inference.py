@@ -11,11 +11,11 @@ from collections.abc import Callable, Iterator
 import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper
 
+from .external import MAX_SUBGRAPH_DEPTH
 from .graph import is_onnx_domain, onnx_domain
 
 CHILD_SECONDS = 60.0  # inference of a large model takes a second or two; a helper past this is stuck
-_DATA_ELEMENTS = 1024  # constants this small are shown to inference functions (Reshape's shape, ...)
-_MAX_DEPTH = 64
+DATA_ELEMENTS = 1024  # constants this small are shown to inference functions (Reshape's shape, ...)
 _OPTIONAL = defs.OpSchema.FormalParameterOption.Optional
 
 
@@ -70,7 +70,7 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
     for t in graph.initializer:
         dims = [int(d) for d in t.dims]
         scope.types[t.name] = helper.make_tensor_type_proto(t.data_type, dims if min(dims, default=0) >= 0 else None)
-        if t.data_location != TensorProto.EXTERNAL and min(dims, default=0) >= 0 and _count(dims) <= _DATA_ELEMENTS:
+        if t.data_location != TensorProto.EXTERNAL and min(dims, default=0) >= 0 and _count(dims) <= DATA_ELEMENTS:
             scope.data[t.name] = t
     for v in graph.input:
         declared = v.type.WhichOneof("value") is not None
@@ -80,7 +80,7 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
         if v.type.WhichOneof("value") is not None:
             scope.types[v.name] = _sane(v.type)
     known = set(scope.types)
-    if depth > _MAX_DEPTH:
+    if depth > MAX_SUBGRAPH_DEPTH:
         return scope
     for node in _topological(graph):
         outs = _infer_node(node, scope, depth)
@@ -91,7 +91,7 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
                     sink(name, t)
         if node.op_type == "Constant" and is_onnx_domain(node.domain) and len(node.output) == 1:
             for a in node.attribute:
-                if a.name == "value" and a.type == AttributeProto.TENSOR and _count(a.t.dims) <= _DATA_ELEMENTS:
+                if a.name == "value" and a.type == AttributeProto.TENSOR and _count(a.t.dims) <= DATA_ELEMENTS:
                     scope.data[node.output[0]] = a.t
     return scope
 
@@ -228,7 +228,7 @@ def _topological(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
 
 def _outer_reads(graph: onnx.GraphProto, depth: int) -> set[str]:
     """Names a subgraph (and the subgraphs inside it) reads from enclosing graphs."""
-    if depth > _MAX_DEPTH:
+    if depth > MAX_SUBGRAPH_DEPTH:
         return set()
     defined = {v.name for v in graph.input} | {t.name for t in graph.initializer}
     defined.update(o for n in graph.node for o in n.output)

@@ -16,8 +16,9 @@ import warnings
 import onnx
 from onnx import TensorProto, TypeProto
 
+from .inference import DATA_ELEMENTS, _count
+
 _END = 0xFFFFFFFF  # key length marking the end of one reply
-_SMALL = 1024  # initializers up to this many elements travel with their values (Reshape's shape, ...)
 
 
 class _Helper:
@@ -58,11 +59,8 @@ def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
     g.input.extend(src.input)
     g.output.extend(src.output)
     g.value_info.extend(src.value_info)
-    for t in src.initializer:
-        count = 1
-        for d in t.dims:
-            count *= max(int(d), 0)
-        if count <= _SMALL and t.data_location != TensorProto.EXTERNAL:
+    for t in src.initializer:  # the values inference would read (Reshape's shape, ...) travel with it
+        if _count(t.dims) <= DATA_ELEMENTS and t.data_location != TensorProto.EXTERNAL:
             g.initializer.add().CopyFrom(t)
         else:
             g.initializer.add(name=t.name, data_type=t.data_type, dims=t.dims)
