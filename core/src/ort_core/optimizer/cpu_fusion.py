@@ -49,8 +49,7 @@ class _Chains:
             nxt = self.sole_reader(node)
             if nxt is None:
                 continue
-            if node.op_type == "Conv" and nxt.op_type in ("Add", "Sum") and self.residual_of(node, nxt):
-                residual = self.residual_of(node, nxt)
+            if node.op_type == "Conv" and nxt.op_type in ("Add", "Sum") and (residual := self.residual_of(node, nxt)):
                 self.merge(node, nxt, "FusedConvAdd", {}, [residual])
                 count += 1
                 act = self.sole_reader(node)
@@ -89,7 +88,7 @@ class _Chains:
         if len(add.inputs) != 2 or add.inputs[0] == add.inputs[1] or not all(add.inputs):
             return None
         out = conv.outputs[0]
-        other = add.inputs[1] if add.inputs[0] == out else add.inputs[0]
+        other = self.m.other(add, out)
         t_out, t_other = self.graph.type_of(out), self.graph.type_of(other)
         if t_out is None or t_other is None or t_out.shape is None or t_out.shape != t_other.shape:
             return None
@@ -99,7 +98,7 @@ class _Chains:
 
     def bias_of(self, matmul: Node, add: Node) -> str | None:
         """The Add's other operand when it is a constant 1-D bias over the MatMul's last axis."""
-        other = add.inputs[1] if add.inputs[0] == matmul.outputs[0] else add.inputs[0]
+        other = self.m.other(add, matmul.outputs[0])
         bias = self.constants.get(other)
         w = self.graph.initializers.get(matmul.inputs[1])
         if bias is None or w is None or bias.ndim != 1 or w.ndim < 2:

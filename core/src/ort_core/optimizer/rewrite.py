@@ -65,7 +65,7 @@ class Matcher:
         self.consumers = g.consumers()
         self.constants = g.constant_initializers()
         self.protected = protected_names(g)
-        self.by_id = {n.id: n for n in g.nodes}
+        self.by_id = g.nodes_by_id()
 
     def eligible(self, node: Node | None, *ops: str) -> bool:
         return (node is not None and node.id in self.on_cpu and self.alive(node)
