@@ -32,6 +32,18 @@ REPORTS = "reports"
 WHEELHOUSE = "wheelhouse"
 
 
+def _take(args: list[str], flag: str, default: str | None = None) -> str | None:
+    """Remove ``flag VALUE`` from ``args`` and return VALUE (``default`` when the flag is absent)."""
+    if flag not in args:
+        return default
+    k = args.index(flag)
+    if k + 1 >= len(args):
+        raise SystemExit(f"{flag} needs a value")
+    value = args[k + 1]
+    del args[k:k + 2]
+    return value
+
+
 @nox.session
 def tests(session: nox.Session) -> None:
     """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run.
@@ -54,9 +66,9 @@ def conformance(session: nox.Session) -> None:
     """
     session.install("-e", f"{CORE}[image]", "-e", CONFORMANCE, *[a for p in PLUGINS for a in ("-e", p)])
     args = list(session.posargs)
-    if "--provider" in args:
-        names = [args[args.index("--provider") + 1]]
-        del args[args.index("--provider"):args.index("--provider") + 2]
+    provider = _take(args, "--provider")
+    if provider is not None:
+        names = [provider]
     else:
         query = "import json, ort_core; print(json.dumps(ort_core.get_available_providers()))"
         out = session.run("python", "-c", query, silent=True)
@@ -83,13 +95,7 @@ def fuzz(session: nox.Session) -> None:
     """
     session.install("-e", f"{CORE}[test,image]")
     args = list(session.posargs)
-    examples, seed = "2000", None
-    if "--examples" in args:
-        examples = args[args.index("--examples") + 1]
-        del args[args.index("--examples"):args.index("--examples") + 2]
-    if "--seed" in args:
-        seed = args[args.index("--seed") + 1]
-        del args[args.index("--seed"):args.index("--seed") + 2]
+    examples, seed = _take(args, "--examples", "2000"), _take(args, "--seed")
     if seed is None:
         seed = str(random.SystemRandom().randrange(2 ** 31))
     session.log(f"fuzz seed {seed} (replay with: nox -s fuzz -- --examples {examples} --seed {seed})")

@@ -17,10 +17,9 @@ from onnx import TensorProto, helper, numpy_helper
 
 LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
 LIGHT_MODELS = ["resnet50", "densenet121", "inception_v2", "squeezenet", "shufflenet", "vgg19"]
-BUILT = ["resnet18_seeded", "bert", "gpt2", "lstm", "adds1000"]
 CONV = [*LIGHT_MODELS, "resnet18_seeded", "demo"]
 TRANSFORMERS = ["bert", "gpt2"]
-DEFAULT = [*CONV, "bert", "gpt2", "lstm", "adds1000"]
+DEFAULT = [*CONV, *TRANSFORMERS, "lstm", "adds1000"]
 OPSET = 17
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import glob
 import importlib.util
 import os
+import re
 import sys
 import threading
 from typing import Any
@@ -85,16 +86,7 @@ ov_status_e ov_tensor_data(const ov_tensor_t* tensor, void** data);
 void ov_tensor_free(ov_tensor_t* tensor);
 ov_status_e ov_shape_free(ov_shape_t* shape);
 """
-_SYMBOLS = ("ov_get_openvino_version", "ov_version_free", "ov_get_error_info", "ov_get_last_err_msg", "ov_free",
-            "ov_core_create", "ov_core_free", "ov_core_get_available_devices", "ov_available_devices_free",
-            "ov_core_get_property", "ov_core_read_model_from_memory_buffer", "ov_core_compile_model",
-            "ov_model_free", "ov_compiled_model_create_infer_request", "ov_compiled_model_get_property",
-            "ov_compiled_model_free", "ov_compiled_model_inputs_size", "ov_compiled_model_input_by_index",
-            "ov_compiled_model_outputs_size", "ov_compiled_model_output_by_index", "ov_port_get_any_name",
-            "ov_output_const_port_free", "ov_infer_request_set_input_tensor_by_index",
-            "ov_infer_request_get_output_tensor_by_index", "ov_infer_request_infer", "ov_infer_request_free",
-            "ov_tensor_create_from_host_ptr", "ov_tensor_get_shape", "ov_tensor_get_element_type",
-            "ov_tensor_get_byte_size", "ov_tensor_data", "ov_tensor_free", "ov_shape_free")
+_SYMBOLS = tuple(re.findall(r"\b(ov_\w+)\(", _CDEF))  # every function the cdef declares
 
 # ov_element_type_e (ov_common.h) <-> numpy. Only types numpy (with ml_dtypes for bfloat16) holds
 # with the same bytes; the rest never cross the border.
