@@ -43,8 +43,9 @@ def ort_get_capability(provider, graph, options):
     PROBES.load(opts.cache_dir)
     ctx = Context.of_view(graph)
     claimed, declined = [], {}
+    device = probe_device(opts)
     for node in nodes:
-        why = unsupported_reason(node, ctx, probe_device(opts))
+        why = unsupported_reason(node, ctx, device)
         if why is None:
             claimed.append(node.id)
         else:
@@ -60,9 +61,9 @@ def ort_compile(provider, subgraph, options):
     problem = device_reason(opts)
     if problem:
         raise RuntimeError(problem)
-    ctx = Context.of_subgraph(subgraph)
+    ctx, device = Context.of_subgraph(subgraph), probe_device(opts)
     for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
-        why = unsupported_reason(node, ctx, probe_device(opts))
+        why = unsupported_reason(node, ctx, device)
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
     return compile_subgraph(subgraph, opts)
