@@ -19,7 +19,7 @@ import numpy as np
 import ort_core as ort
 
 sys.path.insert(0, os.path.dirname(__file__))
-from compare_latency import model_path  # noqa: E402
+from compare_latency import bench_models, model_path  # noqa: E402
 
 
 def main(names: list[str]) -> None:
@@ -31,12 +31,7 @@ def main(names: list[str]) -> None:
             warnings.simplefilter("ignore")
             for prec in ("fp32", "bf16"):
                 sess[prec] = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", {"precision": prec})])
-        rng = np.random.default_rng(0)
-        feed = {}
-        for i in sess["fp32"].get_inputs():
-            shape = [d if isinstance(d, int) else 1 for d in i.shape]
-            feed[i.name] = np.zeros(shape, np.float32) if i.name == "mask" else \
-                rng.standard_normal(shape).astype(np.float32)
+        feed = bench_models.feeds(sess["fp32"].get_inputs())
         y32, ybf = sess["fp32"].run(None, feed)[0], sess["bf16"].run(None, feed)[0]
         k = int(np.argmax(np.abs(y32)))
         top = float(y32.reshape(-1)[k])

@@ -16,7 +16,6 @@ import time
 import warnings
 
 import numpy as np
-import onnx
 import onnxruntime as rt
 
 import ort_core as ort
@@ -24,21 +23,15 @@ import ort_core as ort
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "..", "bench"))
 import models as bench_models  # noqa: E402  (bench/models.py: the bench's model builders)
 
-LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
-
 
 def model_path(name: str) -> str:
-    if name in bench_models.BUILDERS:
-        path = os.path.join(tempfile.gettempdir(), f"ort_ep_onednn_{name}.onnx")
-        if not os.path.exists(path):
-            onnx.save(bench_models.BUILDERS[name](), path)
-        return path
-    return name if name.endswith(".onnx") else os.path.join(LIGHT, f"light_{name}.onnx")
+    """A light-model name, an .onnx path, "demo" or a bench/models.py builder -> a file (the bench's rule)."""
+    return bench_models.resolve(name, tempfile.gettempdir())
 
 
 def open_pair(name: str, options: dict) -> tuple[ort.InferenceSession, rt.InferenceSession, dict[str, np.ndarray]]:
     """ort-core with DnnlExecutionProvider(``options``) and onnxruntime's CPU provider on one model, and a
-    seeded random feed (dynamic dimensions 1, an input named "mask" zeros); env THREADS=n sets
+    the bench's seeded feed (bench/models.py feeds); env THREADS=n sets
     num_threads / intra_op_num_threads."""
     threads = int(os.environ.get("THREADS", 0))
     options = dict(options)
@@ -51,12 +44,7 @@ def open_pair(name: str, options: dict) -> tuple[ort.InferenceSession, rt.Infere
         warnings.simplefilter("ignore")
         dnnl = ort.InferenceSession(path, providers=[("DnnlExecutionProvider", options)])
     ref = rt.InferenceSession(path, so, providers=["CPUExecutionProvider"])
-    rng = np.random.default_rng(0)
-    feed = {}
-    for i in ref.get_inputs():
-        shape = [d if isinstance(d, int) else 1 for d in i.shape]
-        feed[i.name] = np.zeros(shape, np.float32) if i.name == "mask" else \
-            rng.standard_normal(shape).astype(np.float32)
+    feed = bench_models.feeds(dnnl.get_inputs())  # the bench's inputs (seeded; an attention mask for "mask")
     return dnnl, ref, feed
 
 
