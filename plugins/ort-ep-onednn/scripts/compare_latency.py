@@ -30,9 +30,9 @@ def model_path(name: str) -> str:
 
 
 def open_pair(name: str, options: dict) -> tuple[ort.InferenceSession, rt.InferenceSession, dict[str, np.ndarray]]:
-    """ort-core with DnnlExecutionProvider(``options``) and onnxruntime's CPU provider on one model, and a
-    the bench's seeded feed (bench/models.py feeds); env THREADS=n sets
-    num_threads / intra_op_num_threads."""
+    """ort-core with DnnlExecutionProvider(``options``) and onnxruntime's CPU provider on one model, and
+    the bench's seeded feed (bench/models.py feeds); env THREADS=n sets num_threads /
+    intra_op_num_threads."""
     threads = int(os.environ.get("THREADS", 0))
     options = dict(options)
     so = rt.SessionOptions()
