@@ -6,8 +6,9 @@ memory (oneDNN's CPU engine computes there).
 
 from __future__ import annotations
 
-from ort_core.memory import HOST, HostAllocator, HostDataTransfer
+from ort_core.memory import HOST
 from ort_core.plugins import Capability, ProviderInfo, hookimpl
+from ort_core.plugins.host import ort_allocator, ort_data_transfer  # noqa: F401 - host-memory hooks
 
 from . import __version__
 from . import library as L
@@ -17,8 +18,6 @@ from .lowering import Spec
 from .options import Options, parse
 
 NAME = "DnnlExecutionProvider"
-ALLOCATOR = HostAllocator()
-TRANSFER = HostDataTransfer()
 
 
 @hookimpl
@@ -83,15 +82,3 @@ def ort_compile(provider, subgraph, options):
     inits = subgraph.graph.initializers
     defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}
     return make_kernel(lib, spec, opts, subgraph.name, defaults)
-
-
-@hookimpl
-def ort_allocator(provider, device):
-    if device != HOST:
-        raise ValueError(f"{NAME} keeps its values in host memory ({HOST}), not {device}")
-    return ALLOCATOR
-
-
-@hookimpl
-def ort_data_transfer(provider):
-    return TRANSFER

@@ -6,8 +6,9 @@ host memory (OpenVINO's CPU device computes there; other devices copy inside Ope
 
 from __future__ import annotations
 
-from ort_core.memory import HOST, HostAllocator, HostDataTransfer
+from ort_core.memory import HOST
 from ort_core.plugins import Capability, ProviderInfo, hookimpl
+from ort_core.plugins.host import ort_allocator, ort_data_transfer  # noqa: F401 - host-memory hooks
 
 from . import __version__
 from . import runtime as rt
@@ -16,8 +17,6 @@ from .kernel import compile_subgraph
 from .options import PRECISION_CAPABILITY, Options, parse
 
 NAME = "OpenVINOExecutionProvider"
-ALLOCATOR = HostAllocator()
-TRANSFER = HostDataTransfer()
 
 
 @hookimpl
@@ -67,18 +66,6 @@ def ort_compile(provider, subgraph, options):
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
     return compile_subgraph(subgraph, opts)
-
-
-@hookimpl
-def ort_allocator(provider, device):
-    if device != HOST:
-        raise ValueError(f"{NAME} keeps its values in host memory ({HOST}), not {device}")
-    return ALLOCATOR
-
-
-@hookimpl
-def ort_data_transfer(provider):
-    return TRANSFER
 
 
 def probe_device(opts: Options) -> str:
