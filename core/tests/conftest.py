@@ -58,6 +58,21 @@ def record_copies(monkeypatch, *transfer_classes) -> list[tuple[str, str]]:
     return seen
 
 
+def install_fake_plugin(tmp_path, name: str, module_src: str | None, target: str) -> None:
+    """Make a plugin distribution visible to importlib.metadata: a dist-info folder (and the module
+    ``target`` holding ``module_src``) on sys.path; the ``fresh_registry`` fixture restores sys.path."""
+    import sys
+    import textwrap
+
+    dist = tmp_path / f"ort_ep_{name}-0.0.1.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ort-ep-{name}\nVersion: 0.0.1\n")
+    (dist / "entry_points.txt").write_text(f"[ort_core.providers]\n{name} = {target}\n")
+    if module_src is not None:
+        (tmp_path / f"{target}.py").write_text(textwrap.dedent(module_src))
+    sys.path.insert(0, str(tmp_path))
+
+
 @pytest.fixture
 def relu_add_model():
     """y = Relu(x) + b with x: float[N, 4] and a constant b."""

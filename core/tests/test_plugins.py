@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -14,6 +12,7 @@ import ort_core as ort
 from ort_core.memory import HOST, Allocator, DataTransfer
 from ort_core.plugins.manager import get_registry
 
+from .conftest import install_fake_plugin as _install_fake_plugin
 from .conftest import make_model
 
 RECORDER = "RecorderExecutionProvider"
@@ -83,17 +82,6 @@ def test_unavailable_provider_warns_with_reason(recorder, relu_add_model):
     with pytest.warns(ort.OrtWarning, match="'AbsentExecutionProvider' is unavailable: the test device"):
         sess = ort.InferenceSession(relu_add_model, providers=["AbsentExecutionProvider"])
     assert sess.get_providers() == ["CPUExecutionProvider"]
-
-
-def _install_fake_plugin(tmp_path, name: str, module_src: str | None, target: str):
-    """Make a distribution visible to importlib.metadata: a dist-info folder on sys.path."""
-    dist = tmp_path / f"ort_ep_{name}-0.0.1.dist-info"
-    dist.mkdir()
-    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: ort-ep-{name}\nVersion: 0.0.1\n")
-    (dist / "entry_points.txt").write_text(f"[ort_core.providers]\n{name} = {target}\n")
-    if module_src is not None:
-        (tmp_path / f"{target}.py").write_text(textwrap.dedent(module_src))
-    sys.path.insert(0, str(tmp_path))  # fresh_registry restores sys.path afterwards
 
 
 def test_plugin_that_fails_to_import_is_skipped(tmp_path, fresh_registry, relu_add_model):

@@ -60,8 +60,17 @@ def test_provider_queries():
 
 def test_default_and_explicit_providers(relu_add_model):
     assert ort.InferenceSession(relu_add_model).get_providers() == ["CPUExecutionProvider"]
-    s = ort.InferenceSession(relu_add_model, providers=[("CPUExecutionProvider", {"foo": 1})])
-    assert s.get_provider_options() == {"CPUExecutionProvider": {"foo": 1}}
+    s = ort.InferenceSession(relu_add_model, providers=[("CPUExecutionProvider", {"use_arena": "0"})])
+    assert s.get_provider_options() == {"CPUExecutionProvider": {"use_arena": "0"}}
+
+
+def test_unknown_provider_option_is_an_error_naming_the_valid_ones(relu_add_model):
+    # stricter than onnxruntime, which ignores unknown CPU options: a typo must not pass silently
+    with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['use_arnea'\] for "
+                                                  r"'CPUExecutionProvider'; valid options: use_arena"):
+        ort.InferenceSession(relu_add_model, providers=[("CPUExecutionProvider", {"use_arnea": "0"})])
+    with pytest.raises(ort.InvalidArgument, match="use_arena must be '0' or '1'"):
+        ort.InferenceSession(relu_add_model, providers=[("CPUExecutionProvider", {"use_arena": "maybe"})])
 
 
 def test_unknown_provider_warns_and_falls_back(relu_add_model):

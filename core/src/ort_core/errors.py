@@ -45,7 +45,11 @@ class KernelError(OrtError, RuntimeError):
 
 
 class PluginError(OrtError, RuntimeError):
-    """A provider plugin failed or returned something malformed; the message names it."""
+    """A provider plugin failed or returned something malformed; the message names it.
+
+    ``provider``: the provider whose plugin failed, when one session provider is at fault."""
+
+    provider: str | None = None
 
 
 class RunTerminated(OrtError, RuntimeError):

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -39,7 +40,8 @@ from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
 from .partition import partition
 from .plan import PlanBuilder, checked_kernel
-from .plugins.manager import CPU, get_registry
+from .plugins.manager import CPU, SessionProvider, get_registry
+from .plugins.provider import SessionContext, UnsupportedSubgraph
 from .plugins.types import FusedSubgraph
 from .profiling import Profiler
 
@@ -94,41 +96,113 @@ class InferenceSession:
         validate_model(self._model, {op.domain for op in self._custom_ops})
         registry = get_registry()
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
-        self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
-            registry, providers, provider_options, self._strict)
+        self._context = SessionContext(dict(config), self._model_path, int(self._sess_options.graph_optimization_level))
+        # provider instances of this session, closed when it is garbage-collected or at exit
+        self._instances: dict[str, SessionProvider] = {}
+        self._finalizer = weakref.finalize(self, _close_instances, self._instances)
+        self._use_providers(registry, providers, provider_options)
         with run_context(self._limits):  # folding and kernel factories obey the limit
             self._optimizer_stats = _optimize(self._model, int(self._sess_options.graph_optimization_level),
-                                              _cpu_evaluator(registry, self._model))
+                                              _cpu_evaluator(self._instances[CPU], self._model))
             infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
-            self._build_with_fallback(registry)
+            # what set_providers starts again from: placement and provider fusions rewrite a copy
+            self._unplaced = self._model.copy()
+            self._build()
             if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
                 _save_optimized(self._model, self._sess_options.optimized_model_filepath)
         if self._profiler is not None:
             self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 
     # ------------------------------------------------------------------ build
-    def _build_with_fallback(self, registry) -> None:
-        """Build; a provider whose plugin fails during compile is dropped with a warning."""
-        while True:
+    def _use_providers(self, registry, providers, provider_options) -> None:
+        """Resolve the user's provider list and make this session's instances (old ones closed)."""
+        names, options, self._cpu_explicit = _resolve_providers(registry, providers, provider_options, self._strict)
+        _close_instances(self._instances)
+        self._provider_options = options
+        self._providers = []
+        for name in names:
             try:
-                return self._build(registry)
+                self._instances[name] = registry.create(name, options[name], self._context)
             except PluginError as e:
-                culprit = next((p for p in self._providers if p != CPU and f"'{p}'" in str(e)), None)
-                if culprit is None or self._strict:
+                if self._strict or name == CPU:
                     raise
-                warnings.warn(f"{e}; falling back without '{culprit}'", OrtWarning, stacklevel=3)
-                self._providers.remove(culprit)
+                warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=4)
+                continue
+            self._providers.append(name)
 
-    def _build(self, registry) -> None:
+    def _drop_provider(self, name: str, why: PluginError) -> None:
+        """A provider whose plugin failed is left out of this session (an error in strict mode)."""
+        if self._strict or name == CPU:
+            raise why
+        warnings.warn(f"{why}; falling back without '{name}'", OrtWarning, stacklevel=4)
+        self._providers.remove(name)
+        self._instances.pop(name).close()
+
+    def _place(self) -> tuple[Any, dict[int, Any]]:
+        """Partition and compile until every subgraph has a kernel -> (partition, id(subgraph) -> kernel).
+
+        A subgraph a provider hands back (UnsupportedSubgraph) goes to the next provider for just
+        those nodes; a provider whose plugin fails is dropped. Kernels compiled before such a
+        retry are kept (keyed by provider and node ids), so nothing is compiled twice.
+        """
+        model = self._model
+        excluded: dict[str, set[int]] = {}
+        handed_back: dict[str, list[str]] = {}
+        compiled: dict[tuple[str, tuple[int, ...]], Any] = {}
+        level = int(self._sess_options.graph_optimization_level)
+        while True:
+            part = self._partition_once(excluded)
+            if level >= EXTENDED:
+                fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
+                self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
+                if fused:  # fused nodes exist only for the CPU provider: place the changed graph again
+                    part = self._partition_once(excluded)
+            part.handed_back = handed_back
+            if self._compile_all(part, compiled, excluded, handed_back):
+                kernels = {id(sub): compiled[(p, tuple(n.id for n in sub.nodes))] for p, sub in part.subgraphs}
+                return part, kernels
+
+    def _partition_once(self, excluded: dict[str, set[int]]):
+        part = partition(self._model.graph, self._model.opset_imports,
+                         [self._instances[p] for p in self._providers], self._custom_ops,
+                         strict=self._strict, excluded=excluded)
+        for name in part.failed:
+            self._providers.remove(name)
+            self._instances.pop(name).close()
+        return part
+
+    def _compile_all(self, part, compiled: dict, excluded: dict[str, set[int]],
+                     handed_back: dict[str, list[str]]) -> bool:
+        """Compile every provider's subgraphs not compiled yet; False when placement must run again."""
+        by_provider: dict[str, list] = {}
+        for provider, sub in part.subgraphs:
+            if (provider, tuple(n.id for n in sub.nodes)) not in compiled:
+                by_provider.setdefault(provider, []).append(sub)
+        complete = True
+        for provider, subs in by_provider.items():
+            try:
+                kernels = self._instances[provider].compile(subs)
+            except PluginError as e:
+                if provider == CPU:
+                    raise _cpu_compile_error(e) from e
+                self._drop_provider(provider, e)
+                return False
+            for sub, kernel in zip(subs, kernels):
+                ids = tuple(n.id for n in sub.nodes)
+                if isinstance(kernel, UnsupportedSubgraph):
+                    if self._strict or provider == CPU:
+                        raise NotImplementedOp(f"{_describe(sub)}: {provider} cannot compile it: {kernel}")
+                    excluded.setdefault(provider, set()).update(ids)
+                    handed_back.setdefault(provider, []).append(f"{_describe(sub)}: {kernel}")
+                    complete = False
+                    continue
+                compiled[(provider, ids)] = kernel
+        return complete
+
+    def _build(self) -> None:
+        self._model = self._unplaced.copy()
         model, graph = self._model, self._model.graph
-        part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
-                         self._custom_ops, strict=self._strict)
-        if int(self._sess_options.graph_optimization_level) >= EXTENDED:
-            fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
-            self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
-            if fused:  # fused nodes exist only for the CPU provider: place the changed graph again
-                part = partition(graph, model.opset_imports, self._providers, registry, self._provider_options,
-                                 self._custom_ops, strict=self._strict)
+        part, kernels = self._place()
         self._partition = part
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)
@@ -144,21 +218,11 @@ class InferenceSession:
             b.define(name, HOST, value)
         for v in graph.inputs:
             b.define(v.name, HOST, inits.get(v.name))
-        transfer = _transfers_between_devices(registry, part.subgraphs)
+        transfer = _transfers_between_devices(self._instances, part.subgraphs)
         check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
         for provider, sub in part.subgraphs:
-            info = registry.providers[provider].info
-            device = info.device
-            try:
-                kernel = registry.compile(provider, sub, self._provider_options.get(provider, {}))
-            except PluginError as e:
-                if provider == CPU and isinstance(e.__cause__, OrtError):
-                    cause = e.__cause__
-                    text = str(cause) if _describe(sub) in str(cause) else f"{_describe(sub)}: {cause}"
-                    raise type(cause)(text) from e
-                raise
-            except OrtError as e:
-                raise type(e)(f"{_describe(sub)} on {provider}: {e}") from e
+            device = self._instances[provider].device
+            kernel = kernels[id(sub)]
             ins = [b.read(n, device, transfer(b.location.get(n), device), _describe(sub)) for n in sub.inputs]
             outs = [b.define(n, device) for n in sub.outputs]
             label = f"{_describe(sub)} on {provider}"
@@ -276,11 +340,9 @@ class InferenceSession:
 
     def set_providers(self, providers=None, provider_options=None) -> None:
         """Rebuild the session for another provider list (as onnxruntime allows)."""
-        registry = get_registry()
-        self._providers, self._provider_options, self._cpu_explicit = _resolve_providers(
-            registry, providers, provider_options, self._strict)
+        self._use_providers(get_registry(), providers, provider_options)
         with run_context(self._limits):
-            self._build_with_fallback(registry)
+            self._build()
 
     def end_profiling(self) -> str:
         """Stop profiling and write the Chrome-trace JSON; returns its path ('' when not profiling)."""
@@ -355,8 +417,26 @@ def _save_optimized(model: Model, path: str) -> None:
     save_model(model, path, external_data_threshold=1024 if total > (1 << 30) else None)
 
 
-def _cpu_evaluator(registry, model: Model):
-    """evaluate(node, inputs) -> outputs through the CPU provider's compile hook (for folding)."""
+def _close_instances(instances: dict) -> None:
+    """Close a session's provider instances (its finalizer; also before set_providers makes new ones)."""
+    for ep in list(instances.values()):
+        ep.close()
+    instances.clear()
+
+
+def _cpu_compile_error(e: PluginError) -> OrtError:
+    """The CPU provider's own error for a node it could not build, rather than a plugin failure."""
+    cause = e.__cause__
+    if not isinstance(cause, OrtError):
+        return e
+    sub = getattr(cause, "ort_subgraph", None)
+    if sub is None or _describe(sub) in str(cause):
+        return type(cause)(str(cause))
+    return type(cause)(f"{_describe(sub)}: {cause}")
+
+
+def _cpu_evaluator(cpu, model: Model):
+    """evaluate(node, inputs) -> outputs through the CPU provider instance's compile (for folding)."""
 
     def evaluate(node, inputs):
         names = list(dict.fromkeys(i for i in node.inputs if i))
@@ -364,7 +444,8 @@ def _cpu_evaluator(registry, model: Model):
         outputs = [o for o in node.outputs if o]
         sub = FusedSubgraph(node.name or node.op_type, [node], names, outputs, {}, model.opset_imports,
                             model.graph)
-        results = registry.compile(CPU, sub, {})(*[values[n] for n in names])
+        (kernel,) = cpu.compile([sub])
+        results = kernel(*[values[n] for n in names])
         for value in results:  # as in a run: folding a chain that doubles a constant stops at the limit
             if type(value) is np.ndarray and value.nbytes > current_limits().max_tensor_bytes:
                 raise KernelError(too_large(node.label, value))
@@ -374,7 +455,7 @@ def _cpu_evaluator(registry, model: Model):
     return evaluate
 
 
-def _transfers_between_devices(registry, subgraphs):
+def _transfers_between_devices(instances, subgraphs):
     """transfer(src, dst) -> the DataTransfer that copies between two devices, or None.
 
     Asks the transfer of the provider owning ``dst``, then the one owning ``src``: a value a
@@ -382,9 +463,9 @@ def _transfers_between_devices(registry, subgraphs):
     """
     owners = {}
     for provider, _ in subgraphs:
-        device = registry.providers[provider].info.device
+        device = instances[provider].device
         if not device.is_host and device not in owners:
-            owners[device] = registry.data_transfer(provider)
+            owners[device] = instances[provider].data_transfer()
 
     def direct(src, dst):
         for device in (dst, src):

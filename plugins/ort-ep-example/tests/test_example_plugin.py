@@ -258,13 +258,13 @@ def test_every_offered_node_gets_a_reason():
     assert cap.declined and "domain 'com.vendor'" in next(iter(cap.declined.values()))
 
 
-def test_unknown_provider_option_skips_the_provider_with_a_warning():
+def test_unknown_provider_option_or_device_is_an_error():
     model = _single_node_model("Relu", [(2,)], F32)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        sess = ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"fast": "1"})])
-    assert any("unknown provider option(s) ['fast']" in str(w.message) for w in caught)
-    assert providers_of(sess) == [CPU]
+    with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['fast'\] for "
+                                                  f"'{NAME}'; valid options: device_id"):
+        ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"fast": "1"})])
+    with pytest.raises(ort.InvalidArgument, match=f"provider '{NAME}': device_id='3': {NAME} has a single device"):
+        ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"device_id": "3"})])
     assert providers_of(session(model, [(NAME, {"device_id": "0"})])) == [NAME]
 
 
@@ -330,7 +330,7 @@ def test_allocator_alignment_for_every_size():
     with pytest.raises(ValueError, match="negative"):
         alloc.allocate(-1)
     with pytest.raises(ValueError, match="allocates on example:0 only"):
-        plugin.ort_allocator(provider=NAME, device=HOST)
+        plugin.ExampleProvider(plugin._info()).allocator(HOST)
 
 
 def _compiled(model):
@@ -339,7 +339,7 @@ def _compiled(model):
     outputs = [v.name for v in ir.graph.outputs]
     inputs = [v.name for v in ir.graph.inputs]
     sub = FusedSubgraph("example_0", nodes, inputs, outputs, {}, ir.opset_imports, ir.graph)
-    return plugin.ort_compile(provider=NAME, subgraph=sub, options={})
+    return plugin.ExampleProvider(plugin._info()).compile_subgraph(sub)
 
 
 def test_kernel_takes_and_returns_device_tensors_and_never_writes_inputs():

@@ -54,6 +54,19 @@ class Node:
         op = self.op_type if is_onnx_domain(self.domain) else f"{self.domain}::{self.op_type}"
         return f"node '{self.name}' ({op})" if self.name else f"node #{self.id} ({op})"
 
+    def copy(self, graph: Graph | None = None) -> Node:
+        """A copy with its own lists and attributes; subgraph attributes are copied with ``graph``
+        (the copy's owner) as their parent."""
+        attrs = {}
+        for k, v in self.attrs.items():
+            if isinstance(v, Graph):
+                v = v.copy(graph)
+            elif isinstance(v, list) and v and isinstance(v[0], Graph):
+                v = [b.copy(graph) for b in v]
+            attrs[k] = v
+        return Node(self.op_type, list(self.inputs), list(self.outputs), attrs, self.domain, self.name, self.id,
+                    self.doc_string, dict(self.attr_types))
+
     def subgraphs(self) -> list[Graph]:
         out: list[Graph] = []
         for v in self.attrs.values():
@@ -90,6 +103,16 @@ class Graph:
     parent: Graph | None = None
     # extra sparse initializers kept as protos for a faithful round trip
     sparse_initializers: list[Any] = field(default_factory=list)
+
+    def copy(self, parent: Graph | None = None) -> Graph:
+        """A structural copy that passes may rewrite without touching this graph: new nodes, lists
+        and dicts (nested bodies copied too, re-parented); tensors and types are shared, as passes
+        replace them rather than write into them."""
+        g = Graph(self.name, [], list(self.inputs), list(self.outputs), dict(self.initializers),
+                  dict(self.value_info), self.doc_string, parent if parent is not None else self.parent,
+                  list(self.sparse_initializers))
+        g.nodes = [n.copy(g) for n in self.nodes]
+        return g
 
     def node_by_id(self, node_id: int) -> Node:
         """One node by id; looping callers should take ``nodes_by_id()`` once instead."""
@@ -199,6 +222,12 @@ class Model:
     metadata_props: dict[str, str] = field(default_factory=dict)
     functions: list[Any] = field(default_factory=list)  # FunctionProtos, kept for round trip
     source: str = "<bytes>"  # file path or '<bytes>'/'<ModelProto>' for messages
+
+    def copy(self) -> Model:
+        """A copy whose graph passes may rewrite without touching this one (see Graph.copy)."""
+        return Model(self.graph.copy(), dict(self.opset_imports), self.ir_version, self.producer_name,
+                     self.producer_version, self.domain, self.model_version, self.doc_string,
+                     dict(self.metadata_props), list(self.functions), self.source)
 
     def opset(self, domain: str = "") -> int:
         """Opset version imported for a domain ('' and 'ai.onnx' are the same domain)."""

@@ -25,6 +25,8 @@ class Partition:
     declined: dict[str, dict[int, str]] = field(default_factory=dict)  # provider -> id -> reason
     assignment: dict[int, str] = field(default_factory=dict)  # node id -> provider
     fused: dict[str, bool] = field(default_factory=dict)  # provider -> fuses its nodes
+    failed: dict[str, str] = field(default_factory=dict)  # provider -> why its get_capability failed
+    handed_back: dict[str, list[str]] = field(default_factory=dict)  # provider -> subgraphs its compile refused
 
     def summary(self, graph: Graph, providers: list[str]) -> list[str]:
         """One line per provider: how many nodes it took and which op types it declined."""
@@ -38,33 +40,46 @@ class Partition:
             if declined_ops and p != providers[-1]:
                 ops = ", ".join(f"{op} x{c}" for op, c in declined_ops.most_common(8))
                 line += f"; declined: {ops}"
+            back = self.handed_back.get(p)
+            if back:
+                more = "; ..." if len(back) > 1 else ""
+                line += f"; handed back at compile: {len(back)} subgraph(s) ({back[0]}{more})"
             lines.append(line)
         return lines
 
 
-def partition(graph: Graph, opsets: dict[str, int], providers: list[str], registry,
-              options: dict[str, dict], custom_ops=None, strict: bool = False) -> Partition:
-    """Assign nodes to ``providers`` (priority order) through the registry's hooks.
+def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=None, strict: bool = False,
+              excluded: dict[str, set[int]] | None = None) -> Partition:
+    """Assign nodes to ``providers`` (the session's provider instances, priority order).
 
     ``custom_ops`` (a CustomOpRegistry) is shown to providers in the graph views and subgraphs.
+    ``excluded``: provider name -> node ids not to offer it (subgraphs its compile handed back).
+    A provider whose get_capability fails is left out (``Partition.failed``), or raises in strict mode.
     """
     order = topological_order(graph)
     unassigned = [n.id for n in order]
     result = Partition([])
     fuse: dict[str, bool] = {}
-    for p in providers:
+    excluded = excluded or {}
+    for ep in providers:
+        p = ep.name
         if not unassigned:
             break
-        view = GraphView(graph, opsets, tuple(unassigned), custom_ops)
+        skip = excluded.get(p, set())
+        offered = tuple(i for i in unassigned if i not in skip)
+        view = GraphView(graph, opsets, offered, custom_ops)
         try:
-            cap = registry.get_capability(p, view, options.get(p, {}))
+            cap = ep.get_capability(view)
         except PluginError as e:
             if strict:
                 raise
-            warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=4)
+            warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=5)
+            result.failed[p] = str(e)
             continue
         fuse[p] = cap.fuse
         result.declined[p] = dict(cap.declined)
+        for nid in skip.intersection(unassigned):
+            result.declined[p][nid] = "handed back by its compile"
         taken = set(cap.claimed)
         for nid in cap.claimed:
             result.assignment[nid] = p

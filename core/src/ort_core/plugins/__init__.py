@@ -9,9 +9,11 @@ import pluggy
 
 from ..ir.graph import is_onnx_domain, onnx_domain
 from .loading import LoadOnce, missing_symbols
+from .provider import ExecutionProvider, SessionContext, UnsupportedSubgraph
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "FusedSubgraph", "GraphView", "LoadOnce", "ProviderInfo", "constant_node_value",
-           "constant_node_values", "hookimpl", "is_onnx_domain", "missing_symbols", "onnx_domain"]
+__all__ = ["Capability", "ExecutionProvider", "FusedSubgraph", "GraphView", "LoadOnce", "ProviderInfo",
+           "SessionContext", "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "hookimpl",
+           "is_onnx_domain", "missing_symbols", "onnx_domain"]

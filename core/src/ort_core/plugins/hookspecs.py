@@ -9,6 +9,11 @@ and that is exposed through the entry-point group ``ort_core.providers``::
     [project.entry-points."ort_core.providers"]
     myep = "ort_ep_myep.plugin"
 
+Contract v2: ``ort_create_provider`` makes one ``ort_core.plugins.ExecutionProvider`` object per
+session, whose methods answer the questions below; the module-level ``ort_get_capability`` /
+``ort_compile`` / ``ort_allocator`` / ``ort_data_transfer`` hooks are contract v1, still served for
+plugins that have no factory.
+
 Routing: the core calls ``ort_register_providers`` on every plugin; every other hook is called
 *only on the plugin that registered the provider named in the call*, so a plugin never sees
 calls for other plugins' providers. A plugin offering several providers receives the
@@ -36,6 +41,23 @@ def ort_register_providers():
     whether it is ``available`` on this machine and, when not, a ``reason`` a user can act on
     ("libopenvino_c not found: pip install openvino", "no CUDA device visible"). Must be cheap and
     must not raise when the vendor runtime is missing: report unavailability instead.
+    """
+
+
+@hookspec(firstresult=True)
+def ort_create_provider(provider, options, session):
+    """Make one instance of ``provider`` for one session (contract v2; preferred).
+
+    ``options``: the user's provider options (names already checked against
+    ``ProviderInfo.options`` when the provider declares them; values as the user gave them);
+    ``session``: an ``ort_core.plugins.SessionContext`` (config entries, model path, optimization
+    level). Returns an ``ort_core.plugins.ExecutionProvider`` subclass instance named ``provider``;
+    its methods replace the per-call hooks below for that session (``get_capability``,
+    ``compile``/``compile_subgraph``, ``allocator``, ``data_transfer``) and ``close`` releases
+    what it holds when the session goes. Raise ValueError for a bad option value (the user gets
+    an InvalidArgument naming the provider); any other exception skips the provider with a warning.
+
+    A plugin without this hook is served through the v1 hooks below, one call per question.
     """
 
 

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import threading
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import Any
 
 import pluggy
 
-from ..errors import OrtWarning, PluginError
+from ..errors import InvalidArgument, OrtWarning, PluginError
 from ..memory.device import Device
 from ..memory.protocols import Allocator, DataTransfer
 from . import hookspecs
+from .provider import ExecutionProvider, HookProvider, SessionContext, UnsupportedSubgraph
 from .types import Capability, GraphView, ProviderInfo
 
 ENTRY_POINT_GROUP = "ort_core.providers"
@@ -33,6 +35,11 @@ class Registered:
     plugin_name: str  # entry-point name ('builtin' for the CPU provider)
     distribution: str  # distribution that ships it, for messages
 
+    @property
+    def label(self) -> str:
+        """How messages name the plugin: "plugin 'recorder' (ort-ep-recorder)"."""
+        return f"plugin '{self.plugin_name}' ({self.distribution})"
+
 
 class PluginRegistry:
     """All providers known to this process, with the plugin that owns each."""
@@ -42,6 +49,8 @@ class PluginRegistry:
         self.pm.add_hookspecs(hookspecs)
         self.providers: dict[str, Registered] = {}
         self.skipped: dict[str, str] = {}  # plugin name -> why it was skipped
+        self._defaults: dict[str, SessionProvider] = {}
+        self._defaults_lock = threading.Lock()
 
     # ---------------------------------------------------------------- discovery
     def load(self) -> PluginRegistry:
@@ -90,70 +99,197 @@ class PluginRegistry:
         others = [p for p in self.pm.get_plugins() if p is not plugin]
         return _SubsetRelay(self.pm, others)
 
-    # ------------------------------------------------------------ routed calls
+    # ------------------------------------------------------------ instances
+    def create(self, provider: str, options: Mapping[str, Any] | None = None,
+               session: SessionContext | None = None) -> SessionProvider:
+        """A new instance of ``provider`` for one session, from its plugin's factory
+        (``ort_create_provider``), or one routing the v1 hooks for a plugin without a factory.
+
+        Unknown option names are refused (InvalidArgument naming them and the valid ones) when the
+        provider declares its options; a factory refusing an option value (ValueError) gives an
+        InvalidArgument too. Any other failure is a PluginError naming the plugin.
+        """
+        reg = self._owner(provider)
+        opts = check_options(reg.info, options)
+        session = session or SessionContext()
+        relay = self._only(reg.plugin)
+        if "ort_create_provider" not in self._hooks_of(reg.plugin):
+            def call(hook: str, **kwargs: Any) -> Any:
+                return getattr(relay, hook)(provider=provider, **kwargs)
+
+            return SessionProvider(HookProvider(reg.info, opts, session, call), reg)
+        try:
+            ep = relay.ort_create_provider(provider=provider, options=dict(opts), session=session)
+        except (ValueError, InvalidArgument) as e:
+            raise InvalidArgument(f"provider '{provider}': {e}") from e
+        except Exception as e:  # noqa: BLE001 - a broken plugin must never break the core
+            raise PluginError(f"{reg.label}: ort_create_provider for '{provider}' raised "
+                              f"{type(e).__name__}: {e}") from e
+        if not isinstance(ep, ExecutionProvider):
+            raise PluginError(f"{reg.label}: ort_create_provider for '{provider}' returned "
+                              f"{type(ep).__name__}, expected an ort_core.plugins.ExecutionProvider")
+        if ep.name != provider:
+            raise PluginError(f"{reg.label}: ort_create_provider for '{provider}' returned an instance "
+                              f"named '{ep.name}'")
+        bad = [d for d in ep.devices if not isinstance(d, Device)] if ep.devices else ["none"]
+        if bad:
+            raise PluginError(f"{reg.label}: the '{provider}' instance lists no valid devices ({bad[:3]})")
+        return SessionProvider(ep, reg)
+
+    def default(self, provider: str) -> SessionProvider:
+        """A process-wide instance of ``provider`` with default options: for values made outside a
+        session (OrtValue on a device) and for the conformance suite's direct hook checks."""
+        with self._defaults_lock:
+            found = self._defaults.get(provider)
+            if found is None:
+                found = self._defaults[provider] = self.create(provider)
+            return found
+
+    def _hooks_of(self, plugin: Any) -> set[str]:
+        return {h.name for h in (self.pm.get_hookcallers(plugin) or [])}
+
     def _owner(self, provider: str) -> Registered:
         try:
             return self.providers[provider]
         except KeyError:
             raise PluginError(f"no installed plugin provides '{provider}'") from None
 
-    def _call(self, provider: str, hook: str, **kwargs) -> Any:
-        reg = self._owner(provider)
-        try:
-            return getattr(self._only(reg.plugin), hook)(provider=provider, **kwargs)
-        except Exception as e:  # noqa: BLE001
-            raise PluginError(f"plugin '{reg.plugin_name}' ({reg.distribution}): {hook} for "
-                              f"'{provider}' raised {type(e).__name__}: {e}") from e
+    # ------------------------------------------- one call each, default instance
+    def get_capability(self, provider: str, view: GraphView, options: dict | None = None) -> Capability:
+        return self._instance(provider, options).get_capability(view)
 
-    def _bad(self, provider: str, hook: str, problem: str) -> PluginError:
-        reg = self._owner(provider)
-        return PluginError(f"plugin '{reg.plugin_name}' ({reg.distribution}): {hook} for "
-                           f"'{provider}' {problem}")
-
-    def get_capability(self, provider: str, view: GraphView, options: dict) -> Capability:
-        cap = self._call(provider, "ort_get_capability", graph=view, options=options)
-        if cap is None:
-            raise self._bad(provider, "ort_get_capability", "is not implemented (returned None)")
-        if not isinstance(cap, Capability):
-            raise self._bad(provider, "ort_get_capability",
-                            f"returned {type(cap).__name__}, expected ort_core.plugins.Capability")
-        offered = set(view.offered)
-        claimed = list(cap.claimed)
-        bad = [c for c in claimed if not isinstance(c, int) or c not in offered]
-        if bad:
-            raise self._bad(provider, "ort_get_capability", f"claimed node ids not offered to it: {bad[:5]}")
-        missing = offered - set(claimed) - set(cap.declined)
-        if missing:
-            ids = sorted(missing)[:5]
-            raise self._bad(provider, "ort_get_capability",
-                            f"gave no reason for declined node ids {ids}{'...' if len(missing) > 5 else ''}")
-        if len(set(claimed)) != len(claimed):
-            raise self._bad(provider, "ort_get_capability", "claimed some node ids twice")
-        return cap
-
-    def compile(self, provider: str, subgraph, options: dict):
-        kernel = self._call(provider, "ort_compile", subgraph=subgraph, options=options)
-        if not callable(kernel):
-            raise self._bad(provider, "ort_compile", f"returned {type(kernel).__name__}, expected a callable kernel")
+    def compile(self, provider: str, subgraph, options: dict | None = None):
+        """One subgraph's kernel; an UnsupportedSubgraph answer is raised as a PluginError here."""
+        (kernel,) = self._instance(provider, options).compile([subgraph])
+        if isinstance(kernel, UnsupportedSubgraph):
+            raise PluginError(f"'{provider}' does not support {subgraph.name}: {kernel}") from kernel
         return kernel
 
     def allocator(self, provider: str, device: Device) -> Allocator:
-        alloc = self._call(provider, "ort_allocator", device=device)
-        if not isinstance(alloc, Allocator):
-            raise self._bad(provider, "ort_allocator", f"returned {type(alloc).__name__}, not an Allocator")
-        return alloc
+        return self.default(provider).allocator(device)
 
     def data_transfer(self, provider: str) -> DataTransfer:
-        dt = self._call(provider, "ort_data_transfer")
-        if not isinstance(dt, DataTransfer):
-            raise self._bad(provider, "ort_data_transfer", f"returned {type(dt).__name__}, not a DataTransfer")
-        return dt
+        return self.default(provider).data_transfer()
+
+    def _instance(self, provider: str, options: dict | None) -> SessionProvider:
+        return self.create(provider, options) if options else self.default(provider)
 
     # ----------------------------------------------------------------- queries
     def available(self) -> list[str]:
         """Available provider names, plugins first (alphabetically), CPU last."""
         names = sorted(n for n, r in self.providers.items() if r.info.available and n != CPU)
         return names + [CPU]
+
+
+class SessionProvider:
+    """A provider instance as the core uses it: every answer of the plugin's object is checked, and a
+    plugin that raises or breaks the contract becomes a PluginError naming the plugin and the call."""
+
+    def __init__(self, ep: ExecutionProvider, reg: Registered) -> None:
+        self.ep, self.reg, self.name = ep, reg, ep.name
+        self._closed = False
+
+    @property
+    def device(self) -> Device:
+        return self.ep.device
+
+    @property
+    def devices(self) -> tuple[Device, ...]:
+        return self.ep.devices
+
+    @property
+    def options(self) -> dict[str, str]:
+        return self.ep.options
+
+    def _failed(self, call: str, e: BaseException) -> PluginError:
+        err = PluginError(f"{self.reg.label}: {call} for '{self.name}' raised {type(e).__name__}: {e}")
+        err.provider = self.name
+        return err
+
+    def _bad(self, call: str, problem: str) -> PluginError:
+        err = PluginError(f"{self.reg.label}: {call} for '{self.name}' {problem}")
+        err.provider = self.name
+        return err
+
+    def _ask(self, call: str, method, *args) -> Any:
+        """``method(*args)``, any exception from the plugin becoming a PluginError naming it."""
+        try:
+            return method(*args)
+        except Exception as e:  # noqa: BLE001 - a broken plugin must never break the core
+            raise self._failed(call, e) from e
+
+    def _typed(self, call: str, value: Any, cls: type, expected: str) -> Any:
+        if not isinstance(value, cls):
+            raise self._bad(call, f"returned {type(value).__name__}, {expected}")
+        return value
+
+    def get_capability(self, view: GraphView) -> Capability:
+        cap = self._ask("ort_get_capability", self.ep.get_capability, view)
+        if cap is None:
+            raise self._bad("ort_get_capability", "is not implemented (returned None)")
+        self._typed("ort_get_capability", cap, Capability, "expected ort_core.plugins.Capability")
+        offered = set(view.offered)
+        claimed = list(cap.claimed)
+        bad = [c for c in claimed if not isinstance(c, int) or c not in offered]
+        if bad:
+            raise self._bad("ort_get_capability", f"claimed node ids not offered to it: {bad[:5]}")
+        missing = offered - set(claimed) - set(cap.declined)
+        if missing:
+            ids = sorted(missing)[:5]
+            raise self._bad("ort_get_capability",
+                            f"gave no reason for declined node ids {ids}{'...' if len(missing) > 5 else ''}")
+        if len(set(claimed)) != len(claimed):
+            raise self._bad("ort_get_capability", "claimed some node ids twice")
+        return cap
+
+    def compile(self, subgraphs: list) -> list:
+        """One kernel per subgraph, or an UnsupportedSubgraph in the place of one handed on."""
+        try:
+            kernels = list(self.ep.compile(list(subgraphs)))
+        except UnsupportedSubgraph as e:
+            if len(subgraphs) != 1:
+                raise self._bad("ort_compile", f"raised UnsupportedSubgraph for a batch of {len(subgraphs)} "
+                                "subgraphs; return it in the list in place of the one it hands on") from e
+            kernels = [e]
+        except Exception as e:  # noqa: BLE001
+            raise self._failed("ort_compile", e) from e
+        if len(kernels) != len(subgraphs):
+            raise self._bad("ort_compile", f"returned {len(kernels)} kernels for {len(subgraphs)} subgraphs")
+        for k in kernels:
+            if not callable(k) and not isinstance(k, UnsupportedSubgraph):
+                raise self._bad("ort_compile", f"returned {type(k).__name__}, expected a callable kernel")
+        return kernels
+
+    def allocator(self, device: Device) -> Allocator:
+        alloc = self._ask("ort_allocator", self.ep.allocator, device)
+        return self._typed("ort_allocator", alloc, Allocator, "not an Allocator")
+
+    def data_transfer(self) -> DataTransfer:
+        dt = self._ask("ort_data_transfer", self.ep.data_transfer)
+        return self._typed("ort_data_transfer", dt, DataTransfer, "not a DataTransfer")
+
+    def close(self) -> None:
+        """Close the instance once; a failing close is a warning, never an error at exit."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.ep.close()
+        except Exception as e:  # noqa: BLE001
+            _warn(f"{self.reg.label}: closing '{self.name}' raised {type(e).__name__}: {e}")
+
+
+def check_options(info: ProviderInfo, options: Mapping[str, Any] | None) -> dict[str, str]:
+    """The user's options, refusing names the provider does not declare (when it declares its
+    options). Values are passed as given (strings from onnxruntime-style code, Python values from
+    others) and defaults are not filled in: the factory parses and completes them."""
+    opts = {str(k): v for k, v in (options or {}).items()}
+    if info.options is not None:
+        unknown = sorted(set(opts) - set(info.options))
+        if unknown:
+            valid = ", ".join(sorted(info.options)) or "none"
+            raise InvalidArgument(f"unknown provider option(s) {unknown} for '{info.name}'; valid options: {valid}")
+    return opts
 
 
 class _SubsetRelay:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -25,7 +26,13 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class ProviderInfo:
-    """What a plugin declares about one provider it offers."""
+    """What a plugin declares about one provider it offers.
+
+    ``devices``: every device it can compute on here (an instance picks among them, e.g. through
+    a ``device_id`` option). ``options``: the provider options it accepts, name -> default value
+    as a string; the core refuses any other name before the factory runs, naming the valid ones.
+    None (the default) leaves option checking to the plugin.
+    """
 
     name: str
     devices: tuple[Device, ...] = (HOST,)
@@ -33,6 +40,7 @@ class ProviderInfo:
     reason: str = ""
     description: str = ""
     version: str = ""
+    options: Mapping[str, str] | None = None
 
     @property
     def device(self) -> Device:

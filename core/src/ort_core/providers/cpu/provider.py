@@ -1,54 +1,77 @@
-"""The CPU provider's hook implementations: registration, capability, compile, memory.
+"""The CPU provider: its registration hook and factory, and the provider object they make.
 
-Claims every node that has a registered kernel for its op type and opset (registered custom ops
-included, whose own kernels it runs), compiles node by node (no fusion), and computes in host
-memory. Kernels themselves live in ``ops/``.
+An ordinary plugin of the contract (registered through the ``ort_core.providers`` entry point
+like any other): claims every node that has a registered kernel (registered custom ops included,
+whose own kernels it runs), compiles node by node, computes in host memory. Kernels live in ``ops/``.
 """
 
 from __future__ import annotations
 
 from ...errors import KernelError
 from ...ir.graph import onnx_domain
-from ...memory import HOST, HostDataTransfer
+from ...memory import HOST, HostAllocator
 from ...memory.arena import host_arena
-from ...plugins import Capability, ProviderInfo, hookimpl
+from ...plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
 from . import ops  # noqa: F401  (importing registers the kernels)
 from .registry import lookup, outer_scope_names
 
 NAME = "CPUExecutionProvider"
 
 
+OPTIONS = {"use_arena": "1"}
+"""Provider options (onnxruntime's CPU provider takes ``use_arena`` too): "0" gives plain aligned
+numpy buffers instead of the pooled host arena for host values made through the allocator."""
+
+INFO = ProviderInfo(NAME, (HOST,), True, description="numpy kernels, always available", options=OPTIONS)
+
+
 @hookimpl
 def ort_register_providers():
-    return [ProviderInfo(NAME, (HOST,), True, description="numpy kernels, always available")]
+    return [INFO]
 
 
 @hookimpl
-def ort_get_capability(provider, graph, options):
-    claimed, declined = [], {}
-    for node in graph.nodes():
-        opset = graph.opset(node.domain)
-        if graph.custom_op(node) is not None or lookup(node.domain, node.op_type, opset) is not None:
-            claimed.append(node.id)
-        else:
-            dom = f"{node.domain}::" if node.domain else ""
-            declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
-    return Capability(tuple(claimed), declined, fuse=False)
+def ort_create_provider(provider, options, session):
+    return CPUProvider(options, session)
 
 
-@hookimpl
-def ort_compile(provider, subgraph, options):
-    if len(subgraph.nodes) != 1:
-        raise KernelError(f"the CPU provider compiles single nodes, got {len(subgraph.nodes)}")
-    node = subgraph.nodes[0]
-    opset = subgraph.opsets.get(onnx_domain(node.domain), 0)
-    custom = subgraph.custom_op(node)
-    if custom is not None:  # registered custom ops win over built-in kernels, as in onnxruntime
-        return _adapt(custom.bind(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
-    kd = lookup(node.domain, node.op_type, opset)
-    if kd is None:
-        raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
-    return _adapt(kd.build(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
+class CPUProvider(ExecutionProvider):
+    """Claims every node with a registered kernel for its op type and opset (registered custom ops
+    included) and compiles node by node: each subgraph it gets is one node."""
+
+    def __init__(self, options, session) -> None:
+        super().__init__(INFO, options, session)
+        arena = str(self.options.get("use_arena", OPTIONS["use_arena"])).strip().lower()
+        if arena not in ("0", "1", "true", "false"):
+            raise ValueError(f"use_arena must be '0' or '1', got {self.options['use_arena']!r}")
+        self._allocator = host_arena() if arena in ("1", "true") else HostAllocator()
+
+    def get_capability(self, graph):
+        claimed, declined = [], {}
+        for node in graph.nodes():
+            opset = graph.opset(node.domain)
+            if graph.custom_op(node) is not None or lookup(node.domain, node.op_type, opset) is not None:
+                claimed.append(node.id)
+            else:
+                dom = f"{node.domain}::" if node.domain else ""
+                declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
+        return Capability(tuple(claimed), declined, fuse=False)
+
+    def compile_subgraph(self, subgraph):
+        if len(subgraph.nodes) != 1:
+            raise KernelError(f"the CPU provider compiles single nodes, got {len(subgraph.nodes)}")
+        node = subgraph.nodes[0]
+        opset = subgraph.opsets.get(onnx_domain(node.domain), 0)
+        custom = subgraph.custom_op(node)
+        if custom is not None:  # registered custom ops win over built-in kernels, as in onnxruntime
+            return _adapt(custom.bind(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
+        kd = lookup(node.domain, node.op_type, opset)
+        if kd is None:
+            raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
+        return _adapt(kd.build(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
+
+    def allocator(self, device):
+        return self._allocator
 
 
 def _adapt(kernel, node, inputs, outputs):
@@ -72,13 +95,3 @@ def _adapt(kernel, node, inputs, outputs):
         return res if same_out else [res[i] for i in out_idx]
 
     return adapted
-
-
-@hookimpl
-def ort_allocator(provider, device):
-    return host_arena()
-
-
-@hookimpl
-def ort_data_transfer(provider):
-    return HostDataTransfer()

@@ -1,0 +1,154 @@
+"""ExecutionProvider: the object a plugin's factory makes for one session (provider contract v2).
+
+A plugin declares its providers once per process (``ort_register_providers``) and makes one
+``ExecutionProvider`` per session (``ort_create_provider``). The instance owns what a session's
+use of the provider needs: the devices it chose, its options, the session's config entries and
+the model's path, and whatever vendor handles, caches and streams it opens; ``close`` releases
+them. The core never subclasses it for a vendor; plugins do. Validation of what an instance
+answers lives in ``manager``; this module only defines the base class and its small types.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..memory.device import Device
+from ..memory.host import HostAllocator, HostDataTransfer
+from ..memory.protocols import Allocator, DataTransfer
+from .types import Capability, FusedSubgraph, GraphView, ProviderInfo
+
+Kernel = Callable[..., Sequence[Any]]
+
+
+@dataclass(frozen=True)
+class SessionContext:
+    """What a provider instance may know of the session that made it.
+
+    ``config``: the session's config entries (``SessionOptions.add_session_config_entry``), a
+    read-only copy (onnxruntime's ``ep.context_*`` keys among them). ``model_path``: the model's
+    file path, or None for a model given as bytes or a ModelProto (a provider caching compiled
+    artifacts keys them on content then). ``optimization_level``: the session's graph
+    optimization level as an int (0 disabled .. 99 all).
+    """
+
+    config: Mapping[str, str] = field(default_factory=dict)
+    model_path: str | None = None
+    optimization_level: int = 99
+
+
+class UnsupportedSubgraph(Exception):
+    """A provider's compile turned out unable to run one subgraph (a limit its capability could not
+    see). Raised from ``ExecutionProvider.compile_subgraph`` or returned in ``compile``'s list in
+    that subgraph's place: the core hands just that subgraph's nodes to the next provider in the
+    session's list and says so in the placement line. Any other exception from compile marks the
+    plugin as broken, and the session goes on without the provider."""
+
+
+class ExecutionProvider:
+    """One provider as one session uses it; plugins subclass it and return it from
+    ``ort_create_provider``.
+
+    ``name``/``info``: the ProviderInfo it was declared with. ``options``: the provider options
+    the user gave, already checked against ``info.options`` (unknown names are refused before the
+    factory runs). ``session``: a SessionContext. ``devices``: the devices this
+    instance computes on, chosen by the factory (a ``device_id`` option picks one of
+    ``info.devices``); the first is where its kernels' values live.
+
+    Override ``get_capability`` and ``compile_subgraph`` (or ``compile`` for providers that
+    compile all their subgraphs at once); host-memory providers keep the default
+    ``allocator``/``data_transfer``; device providers return their own. ``close`` is called once,
+    when the session is garbage-collected or the interpreter exits; a value that outlives the
+    session must keep what it needs alive itself (its buffer's owner).
+    """
+
+    def __init__(self, info: ProviderInfo, options: Mapping[str, str] | None = None,
+                 session: SessionContext | None = None, devices: Sequence[Device] | None = None) -> None:
+        self.info = info
+        self.name = info.name
+        self.options: dict[str, Any] = dict(options or {})
+        self.session = session or SessionContext()
+        self.devices: tuple[Device, ...] = tuple(devices or info.devices[:1])
+        self.closed = False
+
+    @property
+    def device(self) -> Device:
+        """Where this instance's kernels take and leave their values."""
+        return self.devices[0]
+
+    # ----------------------------------------------------------------- placement
+    def get_capability(self, graph: GraphView) -> Capability:
+        """Which offered nodes it takes (see ``hookspecs.ort_get_capability`` for the rules)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement get_capability")
+
+    # ------------------------------------------------------------------- compile
+    def compile(self, subgraphs: Sequence[FusedSubgraph]) -> list[Kernel | UnsupportedSubgraph]:
+        """Kernels for ``subgraphs`` (all of this provider's in the session, in execution order),
+        one per subgraph, or an ``UnsupportedSubgraph`` in the place of one it hands on.
+
+        The default compiles one at a time through ``compile_subgraph``; a provider keeping every
+        graph of a model in one compiled context (QNN) overrides this instead.
+        """
+        out: list[Kernel | UnsupportedSubgraph] = []
+        for sub in subgraphs:
+            try:
+                out.append(self.compile_subgraph(sub))
+            except UnsupportedSubgraph as e:
+                out.append(e)
+            except Exception as e:
+                try:
+                    e.ort_subgraph = sub  # which subgraph failed, for the core's message
+                except AttributeError:
+                    pass
+                raise
+        return out
+
+    def compile_subgraph(self, subgraph: FusedSubgraph) -> Kernel:
+        """A kernel for one subgraph: ``kernel(*inputs) -> outputs``, one value per
+        ``subgraph.inputs``/``subgraph.outputs``, on ``self.device``. Stateless across calls and
+        safe to call from several threads at once; never modifies its inputs."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement compile_subgraph")
+
+    # -------------------------------------------------------------------- memory
+    def allocator(self, device: Device) -> Allocator:
+        """The allocator for values on ``device`` (one of ``self.devices``)."""
+        if not device.is_host:
+            raise ValueError(f"{self.name} has no allocator for {device}")
+        return HostAllocator()
+
+    def data_transfer(self) -> DataTransfer:
+        """Copies between this instance's devices and the host, both ways, bit-exactly."""
+        return HostDataTransfer()
+
+    # ----------------------------------------------------------------- lifecycle
+    def close(self) -> None:
+        """Release vendor handles, compiled artifacts and device memory pools (called once)."""
+        self.closed = True
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name} on {', '.join(map(str, self.devices))}>"
+
+
+class HookProvider(ExecutionProvider):
+    """A provider whose plugin implements the module-level hooks of contract v1
+    (``ort_get_capability``/``ort_compile``/``ort_allocator``/``ort_data_transfer``) and no factory:
+    each method is one routed hook call with the session's options. Kept so that such plugins run
+    unchanged; new plugins implement ``ort_create_provider``."""
+
+    def __init__(self, info: ProviderInfo, options: Mapping[str, str] | None, session: SessionContext | None,
+                 call: Callable[..., Any]) -> None:
+        super().__init__(info, options, session, info.devices)
+        self._call = call  # call(hook_name, **kwargs) reaching only the owning plugin
+
+    def get_capability(self, graph: GraphView) -> Capability:
+        return self._call("ort_get_capability", graph=graph, options=self.options)
+
+    def compile_subgraph(self, subgraph: FusedSubgraph) -> Kernel:
+        return self._call("ort_compile", subgraph=subgraph, options=self.options)
+
+    def allocator(self, device: Device) -> Allocator:
+        return self._call("ort_allocator", device=device)
+
+    def data_transfer(self) -> DataTransfer:
+        return self._call("ort_data_transfer")

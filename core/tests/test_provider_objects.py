@@ -1,0 +1,208 @@
+"""Provider contract v2: one provider object per session from the plugin's factory, checked options,
+its lifecycle, typed hand-back of one subgraph at compile, and placement redone by set_providers."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+from ort_core.plugins import ExecutionProvider
+
+from .conftest import install_fake_plugin, make_model
+
+PICKY = "PickyExecutionProvider"
+
+# A v2 plugin: a factory making one PickyProvider per session. It takes Relu, Add and Mul (fused) and
+# hands back, at compile, any subgraph holding the op type named by its "refuse" option.
+PICKY_SRC = """
+    import numpy as np
+    from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, UnsupportedSubgraph, hookimpl
+
+    INFO = ProviderInfo("PickyExecutionProvider", description="test", options={"refuse": "", "fail": ""})
+    EVENTS = []
+    OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
+
+
+    class PickyProvider(ExecutionProvider):
+        def get_capability(self, graph):
+            if self.options.get("fail") == "capability":
+                raise RuntimeError("capability probe crashed")
+            ids = [n.id for n in graph.nodes() if n.op_type in OPS]
+            return Capability(tuple(ids), {n.id: "only Relu/Add/Mul" for n in graph.nodes() if n.id not in ids})
+
+        def compile_subgraph(self, sub):
+            ops = [n.op_type for n in sub.nodes]
+            EVENTS.append(("compile", tuple(ops)))
+            if self.options.get("refuse") in ops:
+                raise UnsupportedSubgraph(f"{self.options['refuse']} is too large for the test device")
+            steps = [(OPS[n.op_type], list(n.inputs), n.outputs[0]) for n in sub.nodes]
+            inputs, outputs = list(sub.inputs), list(sub.outputs)
+
+            def kernel(*xs):
+                env = dict(zip(inputs, xs))
+                for fn, ins, out in steps:
+                    env[out] = fn(*[env[i] for i in ins])
+                return [env[o] for o in outputs]
+
+            return kernel
+
+        def close(self):
+            EVENTS.append(("close", id(self)))
+            super().close()
+
+
+    @hookimpl
+    def ort_register_providers():
+        return [INFO]
+
+
+    @hookimpl
+    def ort_create_provider(provider, options, session):
+        EVENTS.append(("create", dict(options), session.model_path, dict(session.config)))
+        ep = PickyProvider(INFO, options, session)
+        EVENTS.append(("instance", id(ep)))
+        return ep
+"""
+
+
+@pytest.fixture
+def picky(tmp_path, fresh_registry):
+    install_fake_plugin(tmp_path, "picky", PICKY_SRC, "ort_ep_picky_mod")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh_registry()
+    import ort_ep_picky_mod
+
+    ort_ep_picky_mod.EVENTS.clear()
+    return ort_ep_picky_mod
+
+
+def relu_sin_add_mul_model():
+    """y = (Sin(Relu(x)) + x) * x: Sin is the CPU provider's, the rest Picky's (in two subgraphs)."""
+    return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                       helper.make_node("Sin", ["r"], ["s"], name="sin"),
+                       helper.make_node("Add", ["s", "x"], ["a"], name="add"),
+                       helper.make_node("Mul", ["a", "x"], ["y"], name="mul")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+
+
+def _expected(x):
+    return (np.sin(np.maximum(x, 0)) + x) * x
+
+
+def _placement(sess) -> dict[str, str]:
+    return {name: a.provider for a in sess.get_provider_graph_assignment_info() for name in a.node_names}
+
+
+X = np.array([-2, -1, 1, 2], np.float32)
+
+
+def test_factory_makes_one_instance_per_session_with_options_and_session_context(picky, tmp_path):
+    path = str(tmp_path / "m.onnx")
+    with open(path, "wb") as f:
+        f.write(relu_sin_add_mul_model().SerializeToString())
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    with pytest.warns(ort.OrtWarning, match=f"{PICKY}: 3/4 nodes"):
+        s1 = ort.InferenceSession(path, so, providers=[(PICKY, {"refuse": "Tanh"})])
+        s2 = ort.InferenceSession(path, providers=[PICKY])
+    creates = [e for e in picky.EVENTS if e[0] == "create"]
+    assert creates[0][1:3] == ({"refuse": "Tanh"}, path) and creates[0][3]["ep.context_enable"] == "1"
+    assert creates[1][1:3] == ({}, path)
+    instances = [e[1] for e in picky.EVENTS if e[0] == "instance"]
+    assert len(set(instances)) == 2  # one object per session
+    np.testing.assert_allclose(s1.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
+    np.testing.assert_allclose(s2.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
+
+
+def test_instance_is_closed_when_its_session_goes_and_by_set_providers(picky):
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(relu_sin_add_mul_model(), providers=[PICKY])
+    first = [e[1] for e in picky.EVENTS if e[0] == "instance"][0]
+    assert ("close", first) not in picky.EVENTS
+    with pytest.warns(ort.OrtWarning):
+        sess.set_providers([PICKY])
+    assert ("close", first) in picky.EVENTS  # the old instance is released by the rebuild
+    second = [e[1] for e in picky.EVENTS if e[0] == "instance"][1]
+    (y,) = sess.run(None, {"x": X})
+    del sess
+    gc.collect()
+    assert ("close", second) in picky.EVENTS
+    assert picky.EVENTS.count(("close", first)) == 1  # closed once only
+    np.testing.assert_allclose(y, _expected(X), rtol=1e-6)
+
+
+def test_unknown_option_of_a_v2_provider_names_the_valid_ones(picky):
+    with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['refuse_op'\] for "
+                                                  f"'{PICKY}'; valid options: fail, refuse"):
+        ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse_op": "Add"})])
+
+
+def test_unsupported_subgraph_goes_to_the_next_provider_alone(picky):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse": "Mul"})])
+    # the provider stays in the session with the subgraph it could compile
+    assert sess.get_providers() == [PICKY, "CPUExecutionProvider"]
+    assert _placement(sess) == {"relu": PICKY, "sin": "CPUExecutionProvider", "add": "CPUExecutionProvider",
+                                "mul": "CPUExecutionProvider"}
+    line = next(str(w.message) for w in caught if "provider assignment" in str(w.message))
+    assert f"{PICKY}: 1/4 nodes" in line
+    assert "handed back at compile: 1 subgraph(s)" in line and "Mul is too large for the test device" in line
+    # Relu's subgraph was compiled once: the retry kept it
+    assert [e for e in picky.EVENTS if e[0] == "compile"] == [("compile", ("Relu",)), ("compile", ("Add", "Mul"))]
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
+    assert "handed back by its compile" in sess.explain()
+
+
+def test_provider_whose_capability_fails_is_not_listed(picky):
+    with pytest.warns(ort.OrtWarning, match="capability probe crashed; provider skipped"):
+        sess = ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"fail": "capability"})])
+    assert sess.get_providers() == ["CPUExecutionProvider"]
+    assert set(_placement(sess).values()) == {"CPUExecutionProvider"}
+    closes = [e for e in picky.EVENTS if e[0] == "close"]
+    assert len(closes) == 1  # the skipped instance was released at once
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
+
+
+def matmul_bias_relu_model():
+    """y = Relu(x @ w + b): the CPU provider fuses MatMul + Add; the recorder takes Add and Relu."""
+    rng = np.random.default_rng(0)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    return make_model([helper.make_node("MatMul", ["x", "w"], ["m"], name="matmul"),
+                       helper.make_node("Add", ["m", "b"], ["a"], name="add"),
+                       helper.make_node("Relu", ["a"], ["y"], name="relu")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w, b])
+
+
+def test_set_providers_places_the_unfused_model_again():
+    from .conftest import import_test_plugins
+
+    import_test_plugins("ort_ep_recorder.plugin")
+    recorder = "RecorderExecutionProvider"
+    model = matmul_bias_relu_model()
+    sess = ort.InferenceSession(model)  # CPU only: MatMul + Add become one CPU-fused node
+    assert "add" not in _placement(sess)
+    with pytest.warns(ort.OrtWarning):
+        sess.set_providers([recorder, "CPUExecutionProvider"])
+        fresh = ort.InferenceSession(model, providers=[recorder, "CPUExecutionProvider"])
+    assert _placement(sess) == _placement(fresh)
+    assert _placement(sess)["add"] == recorder and _placement(sess)["relu"] == recorder
+    x = np.random.default_rng(1).standard_normal((2, 4)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], fresh.run(None, {"x": x})[0], rtol=1e-6)
+    sess.set_providers(["CPUExecutionProvider"])  # and back: fused for the CPU again
+    assert "add" not in _placement(sess)
+
+
+def test_the_cpu_provider_is_an_execution_provider_object():
+    sess = ort.InferenceSession(matmul_bias_relu_model())
+    ep = sess._instances["CPUExecutionProvider"].ep
+    assert isinstance(ep, ExecutionProvider) and ep.name == "CPUExecutionProvider" and ep.device.is_host
