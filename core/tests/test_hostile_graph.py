@@ -248,7 +248,7 @@ def test_kernel_factory_surprised_by_an_attribute_value_gives_kernel_error():
 def test_optimizer_failure_becomes_an_ort_error(monkeypatch):
     import ort_core.session as session_module
 
-    def broken(model, level, evaluate):
+    def broken(model, level, evaluate, keep_qdq=False):
         raise ValueError("not enough values to unpack (expected 2, got 1)")
 
     monkeypatch.setattr(session_module, "optimize", broken)

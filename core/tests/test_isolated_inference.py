@@ -1,5 +1,6 @@
-"""onnx's shape inference runs in a forked helper process: a crash in onnx's C++ on a hostile model
-costs that model its inferred types, never the interpreter; the helper comes back for the next model."""
+"""onnx's shape inference runs in a helper process (a fresh interpreter, once per process): a crash in onnx's
+C++ on a hostile model costs that model its inferred types, never the interpreter; the helper comes back for
+the next model."""
 
 from __future__ import annotations
 
@@ -12,11 +13,11 @@ from onnx import TensorProto, helper
 
 import ort_core as ort
 from ort_core.ir import isolated
-from ort_core.ir.inference import infer_value_types
+from ort_core.ir.isolated import infer_value_types
 
 from .conftest import make_model
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the helper is forked")
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="the helper talks through POSIX pipes")
 
 
 def _crashing_split():
@@ -82,6 +83,18 @@ def _parent(pid: str) -> int:
         return -1
 
 
+def test_the_helper_is_one_fresh_interpreter_for_all_sessions():
+    ort.InferenceSession(_typed_chain())
+    pid = isolated._helper.pid
+    for _ in range(3):
+        ort.InferenceSession(_typed_chain())
+    assert isolated._helper.pid == pid  # started once, not per session
+    if sys.platform.startswith("linux"):
+        with open(f"/proc/{pid}/cmdline", "rb") as f:  # exec'd, not a fork carrying this process's state
+            assert b"from ort_core.ir.isolated import serve" in f.read()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="an application fork")
 def test_an_application_fork_gets_its_own_helper():
     ort.InferenceSession(_typed_chain())
     parent_helper = isolated._helper.pid

@@ -21,14 +21,19 @@ PICKY = "PickyExecutionProvider"
 # hands back, at compile, any subgraph holding the op type named by its "refuse" option.
 PICKY_SRC = """
     import numpy as np
-    from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, UnsupportedSubgraph, hookimpl
+    from ort_core.plugins import (Capability, ExecutionProvider, Preferences, ProviderInfo, UnsupportedSubgraph,
+                                  hookimpl)
 
-    INFO = ProviderInfo("PickyExecutionProvider", description="test", options={"refuse": "", "fail": ""})
+    INFO = ProviderInfo("PickyExecutionProvider", description="test",
+                        options={"refuse": "", "fail": "", "keep_qdq": "0"})
     EVENTS = []
     OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
 
 
     class PickyProvider(ExecutionProvider):
+        def preferences(self):
+            return Preferences(keep_qdq=self.options.get("keep_qdq") == "1")
+
         def get_capability(self, graph):
             if self.options.get("fail") == "capability":
                 raise RuntimeError("capability probe crashed")
@@ -140,7 +145,7 @@ def test_instance_is_closed_when_its_session_goes_and_by_set_providers(picky):
 
 def test_unknown_option_of_a_v2_provider_names_the_valid_ones(picky):
     with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['refuse_op'\] for "
-                                                  f"'{PICKY}'; valid options: fail, refuse"):
+                                                  f"'{PICKY}'; valid options: fail, keep_qdq, refuse"):
         ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse_op": "Add"})])
 
 
@@ -206,3 +211,29 @@ def test_the_cpu_provider_is_an_execution_provider_object():
     sess = ort.InferenceSession(matmul_bias_relu_model())
     ep = sess._instances["CPUExecutionProvider"].ep
     assert isinstance(ep, ExecutionProvider) and ep.name == "CPUExecutionProvider" and ep.device.is_host
+
+
+def qdq_matmul_model():
+    """y = x @ DequantizeLinear(w_q, scale, zero_point): a quantized weight, as QDQ exports write it."""
+    rng = np.random.default_rng(2)
+    inits = [numpy_helper.from_array(rng.integers(-100, 100, (4, 3)).astype(np.int8), "w_q"),
+             numpy_helper.from_array(np.array(0.02, np.float32), "scale"),
+             numpy_helper.from_array(np.array(0, np.int8), "zero_point")]
+    return make_model([helper.make_node("DequantizeLinear", ["w_q", "scale", "zero_point"], ["w"], name="dq"),
+                       helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], inits)
+
+
+def test_a_provider_that_keeps_qdq_groups_sees_the_dequantize_of_weights(picky):
+    x = np.random.default_rng(3).standard_normal((2, 4)).astype(np.float32)
+    plain = ort.InferenceSession(qdq_matmul_model())
+    assert "DequantizeLinear" not in {n.op_type for n in plain._model.graph.nodes}  # folded for float providers
+    with pytest.warns(ort.OrtWarning):
+        kept = ort.InferenceSession(qdq_matmul_model(), providers=[(PICKY, {"keep_qdq": "1"})])
+    assert [n.op_type for n in kept._model.graph.nodes] == ["DequantizeLinear", "MatMul"]
+    assert "dq" in _placement(kept)  # offered to the providers, run at run time
+    np.testing.assert_allclose(kept.run(None, {"x": x})[0], plain.run(None, {"x": x})[0], rtol=1e-6)
+    # set_providers optimizes again for the new list: folded once no provider keeps QDQ
+    kept.set_providers(["CPUExecutionProvider"])
+    assert "DequantizeLinear" not in {n.op_type for n in kept._model.graph.nodes}

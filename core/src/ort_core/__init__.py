@@ -31,8 +31,8 @@ from .errors import (
 )
 from .io_types import ModelMetadata, NodeArg
 from .iobinding import IOBinding
-from .memory.ortvalue import OrtValue
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
+from .ortvalue import OrtValue
 from .session import InferenceSession
 
 __version__ = "0.1.0"

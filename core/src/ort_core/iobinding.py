@@ -15,7 +15,7 @@ import numpy as np
 from .errors import InvalidArgument, NotImplementedOp
 from .io_types import NodeArg, check_feed
 from .memory.device import HOST, Device
-from .memory.ortvalue import OrtValue, find_device, to_dtype
+from .ortvalue import OrtValue, find_device, to_dtype
 
 
 @dataclass

@@ -28,8 +28,10 @@ from .errors import (
     PluginError,
 )
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
-from .ir import Model, load_model
-from .ir.inference import MODES as INFERENCE_MODES
+from .iobinding import IOBinding, checked_input
+from .ir import Model, load_model, save_model
+from .ir.isolated import MODES as INFERENCE_MODES
+from .ir.isolated import prestart as prestart_inference_helper
 from .ir.load import EXTERNAL_FOLDER_KEY
 from .ir.validate import validate_model
 from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
@@ -38,7 +40,9 @@ from .memory.device import HOST
 from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
+from .ortvalue import OrtValue, direct_copier
 from .partition import partition
+from .placement import explain
 from .plan import PlanBuilder, checked_kernel
 from .plugins.manager import CPU, SessionProvider, get_registry
 from .plugins.provider import SessionContext, UnsupportedSubgraph
@@ -57,10 +61,11 @@ Costs a little per step; meant for certification and debugging."""
 
 
 SHAPE_INFERENCE_KEY = "ort_core.shape_inference"
-"""Session config entry: "isolated" (default) runs onnx's type and shape inference in a forked child
-process, so that an inference function crashing on a hostile model cannot take the interpreter down
-(no inference where the platform cannot fork); "in_process" runs it here, a few ms faster per session,
-for trusted models; "off" skips it (types then come from the model's declarations only)."""
+"""Session config entry: "isolated" (default) runs onnx's type and shape inference in a helper process
+(a fresh interpreter, started once per process), so that an inference function crashing on a hostile
+model cannot take the interpreter down (off POSIX nothing is inferred); "in_process" runs it here, a
+few ms faster per session, for trusted models; "off" skips it (types then come from the model's
+declarations only)."""
 
 
 class InferenceSession:
@@ -86,6 +91,9 @@ class InferenceSession:
         if inference not in INFERENCE_MODES:
             raise InvalidArgument(f"session config entry '{SHAPE_INFERENCE_KEY}' must be one of "
                                   f"{list(INFERENCE_MODES)}, got {inference!r}")
+        if inference == "isolated":
+            prestart_inference_helper()  # its start-up overlaps plugin discovery and loading below
+        registry = get_registry()
         self._model: Model = load_model(path_or_bytes, _external_folder(path_or_bytes, config), inference,
                                         max_tensor_bytes=self._max_tensor_bytes)
         self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
@@ -94,19 +102,15 @@ class InferenceSession:
         # refuses malformed graphs (cycles, values defined twice or never, unknown domains and
         # opsets) before any pass walks the graph
         validate_model(self._model, {op.domain for op in self._custom_ops})
-        registry = get_registry()
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
         self._context = SessionContext(dict(config), self._model_path, int(self._sess_options.graph_optimization_level))
         # provider instances of this session, closed when it is garbage-collected or at exit
         self._instances: dict[str, SessionProvider] = {}
         self._finalizer = weakref.finalize(self, _close_instances, self._instances)
         self._use_providers(registry, providers, provider_options)
+        # what every build (set_providers too) starts from: optimization and placement rewrite a copy
+        self._loaded = self._model
         with run_context(self._limits):  # folding and kernel factories obey the limit
-            self._optimizer_stats = _optimize(self._model, int(self._sess_options.graph_optimization_level),
-                                              _cpu_evaluator(self._instances[CPU], self._model))
-            infer_static_types(self._model.graph, self._model.opset_imports, self._custom_ops)
-            # what set_providers starts again from: placement and provider fusions rewrite a copy
-            self._unplaced = self._model.copy()
             self._build()
             if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
                 _save_optimized(self._model, self._sess_options.optimized_model_filepath)
@@ -200,8 +204,14 @@ class InferenceSession:
         return complete
 
     def _build(self) -> None:
-        self._model = self._unplaced.copy()
-        model, graph = self._model, self._model.graph
+        """The pipeline from the loaded model: optimize for this session's providers (their preferences
+        asked first), place and compile, then plan. set_providers runs it again from the start."""
+        self._model = model = self._loaded.copy()
+        graph = model.graph
+        keep_qdq = any(self._instances[p].preferences().keep_qdq for p in self._providers)
+        self._optimizer_stats = _optimize(model, int(self._sess_options.graph_optimization_level),
+                                          _cpu_evaluator(self._instances[CPU], model), keep_qdq=keep_qdq)
+        infer_static_types(graph, model.opset_imports, self._custom_ops)
         part, kernels = self._place()
         self._partition = part
         if self._strict and not self._cpu_explicit:
@@ -331,8 +341,6 @@ class InferenceSession:
 
     def explain(self) -> str:
         """The partition as text: subgraphs per provider, declined nodes with reasons, copies."""
-        from .placement import explain
-
         return explain(self)
 
     def get_session_options(self) -> SessionOptions:
@@ -360,8 +368,6 @@ class InferenceSession:
     # ------------------------------------------------------------ IOBinding
     def io_binding(self):
         """An ort_core.IOBinding for this session (inputs/outputs bound to devices)."""
-        from .iobinding import IOBinding
-
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding, run_options: RunOptions | None = None) -> None:
@@ -379,8 +385,6 @@ class InferenceSession:
                             run_options: RunOptions | None = None) -> list[Any]:
         """Like run(), with OrtValues in and out: outputs are host OrtValues (``output_names`` None:
         all). Inputs on a device reach consumers on that device without a host round trip."""
-        from .memory.ortvalue import OrtValue
-
         if not isinstance(input_dict_ort_values, dict):
             raise InvalidArgument(f"input_dict_ort_values must be a dict of input name -> OrtValue, "
                                   f"got {type(input_dict_ort_values).__name__}")
@@ -397,11 +401,11 @@ def _external_folder(source: Any, config: dict[str, str]) -> str | None:
     return config.get(EXTERNAL_FOLDER_KEY) or None
 
 
-def _optimize(model: Model, level: int, evaluate) -> dict[str, int]:
+def _optimize(model: Model, level: int, evaluate, keep_qdq: bool = False) -> dict[str, int]:
     """The optimizer's passes; one failing on a model it did not expect becomes an error naming the model
     (an OrtError, as everything the session raises), not a stray exception from inside a pass."""
     try:
-        return optimize(model, level, evaluate)
+        return optimize(model, level, evaluate, keep_qdq=keep_qdq)
     except OrtError:
         raise
     except Exception as e:  # noqa: BLE001 - chained, so the pass at fault stays visible
@@ -411,8 +415,6 @@ def _optimize(model: Model, level: int, evaluate) -> dict[str, int]:
 
 def _save_optimized(model: Model, path: str) -> None:
     """Write the optimized model; tensors go to a '.data' file beside it past protobuf's 2 GiB."""
-    from .ir import save_model
-
     total = sum(int(v.nbytes) for v in model.graph.initializers.values())
     save_model(model, path, external_data_threshold=1024 if total > (1 << 30) else None)
 
@@ -578,9 +580,6 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
     and the plan is re-targeted (ExecutionPlan.route) so that only the copies they and the
     wanted output devices need are made. Returns one value per ``outputs`` entry, on its device.
     """
-    from .iobinding import checked_input
-    from .memory.ortvalue import direct_copier
-
     feeds: dict[int, Any] = {}
     placed: dict[str, Any] = {}
     on_device: dict[str, Any] = {}

@@ -1,6 +1,6 @@
 """Type inference of the main graph through onnx's schemas, node by node: onnx is asked only about nodes
 that fit their schema and whose inputs are typed (its inference functions crash the interpreter on some
-others). If/Loop/Scan bodies are walked here; by default the whole runs in the helper of ir.isolated.
+others). If/Loop/Scan bodies are walked here. Where it runs (by default a helper process) is ir.isolated's choice.
 """
 
 from __future__ import annotations
@@ -29,27 +29,11 @@ class _Scope:
         self.data: dict[str, TensorProto] = dict(outer.data) if outer else {}
 
 
-MODES = ("isolated", "in_process", "off")
-
-
-def infer_value_types(proto: onnx.ModelProto, mode: str = "isolated",
-                      timeout: float = CHILD_SECONDS) -> dict[str, TypeProto]:
-    """Inferred types of the main graph's values that the model does not declare, by name.
-
-    ``mode`` "isolated": onnx runs in a forked helper process (ir.isolated): the guards here avoid the
-    crashes known from fuzzing, the helper contains the ones still unknown (its results up to a crash
-    are kept; a helper still busy after ``timeout`` seconds is killed); where the platform cannot fork
-    (Windows), nothing is inferred. "in_process": here, for trusted models. "off": nothing is inferred.
-    """
-    if mode == "off":
-        return {}
-    if mode == "in_process":
-        inferred: dict[str, TypeProto] = {}
-        _infer_main(proto, inferred.__setitem__)
-        return inferred
-    from .isolated import infer_in_helper
-
-    return infer_in_helper(proto, timeout)
+def infer_in_process(proto: onnx.ModelProto) -> dict[str, TypeProto]:
+    """Inferred types of the main graph's values that the model does not declare, computed here."""
+    inferred: dict[str, TypeProto] = {}
+    _infer_main(proto, inferred.__setitem__)
+    return inferred
 
 
 def _infer_main(proto: onnx.ModelProto, sink: Callable[[str, TypeProto], None]) -> None:

@@ -1,38 +1,85 @@
-"""A forked helper process running ir.inference, so that a crash in onnx's C++ on a hostile model kills
-the helper, not the interpreter: models (weights left out) go in through a pipe, (name, type) records come
-back; forked on first use and again after a crash. POSIX only (no fork: nothing is inferred).
+"""Where onnx's type inference runs: a helper process running ir.inference (the default), this process, or
+nowhere. The helper is a fresh interpreter started once per process (and again after a crash), never a fork
+of this one, which may hold other threads' locks; a crash in onnx's C++ on a hostile model kills the helper,
+not the interpreter. Models (weights left out) go in through a pipe, (name, type) records come back. POSIX
+only (elsewhere isolated mode infers nothing).
 """
 
 from __future__ import annotations
 
+import atexit
 import os
 import select
-import signal
 import struct
+import subprocess
+import sys
 import threading
 import time
-import warnings
 
 import onnx
 from onnx import TensorProto, TypeProto
 
-from .inference import DATA_ELEMENTS, _count
+from .inference import CHILD_SECONDS, DATA_ELEMENTS, _count, _infer_main, infer_in_process
 
 _END = 0xFFFFFFFF  # key length marking the end of one reply
 
 
+MODES = ("isolated", "in_process", "off")
+
+# The helper's program: ir.inference behind a pipe (stdin: requests; the original stdout: replies). It
+# imports only the modules inference needs: stand-ins for the ort_core and ort_core.ir packages skip their
+# __init__ files, which import the whole runtime (numpy, providers), a third of the helper's start-up.
+_PROGRAM = """import sys, types
+root = sys.argv[1]
+for name, path in (("ort_core", root), ("ort_core.ir", root + "/ir")):
+    package = types.ModuleType(name)
+    package.__path__ = [path]
+    sys.modules[name] = package
+from ort_core.ir.isolated import serve
+serve()
+"""
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def infer_value_types(proto: onnx.ModelProto, mode: str = "isolated",
+                      timeout: float = CHILD_SECONDS) -> dict[str, TypeProto]:
+    """Inferred types of the main graph's values that the model does not declare, by name.
+
+    ``mode`` "isolated": onnx runs in the helper process: ir.inference's guards avoid the crashes known
+    from fuzzing, the helper contains the ones still unknown (its results up to a crash are kept; a helper
+    still busy after ``timeout`` seconds is killed); off POSIX nothing is inferred. "in_process": here,
+    for trusted models. "off": nothing is inferred.
+    """
+    if mode == "off":
+        return {}
+    if mode == "in_process":
+        return infer_in_process(proto)
+    return infer_in_helper(proto, timeout)
+
+
 class _Helper:
-    def __init__(self, pid: int, to_helper: int, from_helper: int) -> None:
-        self.pid, self.to_helper, self.from_helper = pid, to_helper, from_helper
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process, self.pid = process, process.pid
+        self.to_helper, self.from_helper = process.stdin.fileno(), process.stdout.fileno()
 
 
 _lock = threading.Lock()
 _helper: _Helper | None = None
 
 
+def prestart() -> None:
+    """Start the helper now if none runs, without waiting for it: its start-up then overlaps the caller's
+    loading of the model (a session calls this first)."""
+    if os.name != "posix" or _helper is not None:
+        return
+    with _lock:
+        if _helper is None:
+            _start()
+
+
 def infer_in_helper(proto: onnx.ModelProto, timeout: float) -> dict[str, TypeProto]:
     """Types inferred by the helper for ``proto``'s main graph; what arrived before a crash or a timeout."""
-    if not hasattr(os, "fork"):
+    if os.name != "posix":
         return {}
     request = _light(proto).SerializeToString()
     with _lock:
@@ -68,40 +115,31 @@ def _light(proto: onnx.ModelProto) -> onnx.ModelProto:
 
 
 def _start() -> _Helper | None:
+    """Start the helper: a new interpreter (exec, not a bare fork), its stderr silenced, since a failed
+    C++ assertion in onnx prints there before it aborts."""
     global _helper
-    requests_r, requests_w = os.pipe()
-    replies_r, replies_w = os.pipe()
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)  # 3.12+: forking with threads alive
-            pid = os.fork()
+        process = subprocess.Popen([sys.executable, "-c", _PROGRAM, _ROOT], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, close_fds=True, bufsize=0)
     except OSError:  # no memory or process slots: no inference, which is allowed
-        for fd in (requests_r, requests_w, replies_r, replies_w):
-            os.close(fd)
         return None
-    if pid == 0:
-        os.close(requests_w)
-        os.close(replies_r)
-        _serve(requests_r, replies_w)  # never returns
-    os.close(requests_r)
-    os.close(replies_w)
-    _helper = _Helper(pid, requests_w, replies_r)
+    _helper = _Helper(process)
     return _helper
 
 
 def _stop(helper: _Helper) -> None:
     global _helper
-    for fd in (helper.to_helper, helper.from_helper):
+    for stream in (helper.process.stdin, helper.process.stdout):
         try:
-            os.close(fd)
+            stream.close()
         except OSError:
             pass
     try:
-        os.kill(helper.pid, signal.SIGKILL)
+        helper.process.kill()
     except OSError:
         pass
     try:
-        os.waitpid(helper.pid, 0)
+        helper.process.wait()
     except ChildProcessError:
         pass
     if _helper is helper:
@@ -112,11 +150,12 @@ def _forget_after_fork() -> None:
     """In any forked child (ours or the application's): this process has no helper of its own yet."""
     global _helper, _lock
     if _helper is not None:
-        for fd in (_helper.to_helper, _helper.from_helper):
+        for stream in (_helper.process.stdin, _helper.process.stdout):
             try:
-                os.close(fd)
+                stream.close()
             except OSError:
                 pass
+        _helper.process.returncode = 0  # not this process's child: never wait for it here
     _helper = None
     _lock = threading.Lock()  # another thread may have held it at the fork
 
@@ -125,19 +164,23 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_forget_after_fork)
 
 
-def _serve(requests: int, replies: int) -> None:
-    """The helper's loop: a model in, its records and an end marker out; exits when the pipe closes."""
-    from .inference import _infer_main
+@atexit.register
+def _stop_at_exit() -> None:
+    """The helper ends with the process that started it (no process left behind, no ResourceWarning)."""
+    helper = _helper
+    if helper is not None:
+        _stop(helper)
 
+
+def serve() -> None:
+    """The helper's main loop (run by ``_PROGRAM`` in the helper only): a model in on stdin, its records
+    and an end marker out on the original stdout; exits when the pipe closes."""
     status = 0
     try:
-        # keep none of the application's files, sockets or pipes open in the helper
-        low, high = sorted((requests, replies))
-        os.closerange(3, low)
-        os.closerange(low + 1, high)
-        os.closerange(high + 1, _max_fd())
+        requests = 0
+        replies = os.dup(1)
         quiet = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(quiet, 2)  # a failed C++ assertion would print on the application's stderr
+        os.dup2(quiet, 1)  # a stray print must not corrupt the replies
         os.close(quiet)
 
         def send(name: str, t: TypeProto) -> None:
@@ -160,13 +203,6 @@ def _serve(requests: int, replies: int) -> None:
         status = 1
     finally:
         os._exit(status)
-
-
-def _max_fd() -> int:
-    try:
-        return os.sysconf("SC_OPEN_MAX")
-    except (AttributeError, ValueError, OSError):
-        return 4096
 
 
 def _read_reply(fd: int, deadline: float) -> tuple[dict[str, TypeProto], bool]:

@@ -20,7 +20,7 @@ from ..errors import ExternalDataError, InvalidGraph, InvalidProtobuf, NoSuchFil
 from ..limits import DEFAULT_MAX_TENSOR_BYTES, MAX_TENSOR_BYTES_KEY
 from .external import MAX_SUBGRAPH_DEPTH, external_tensors, load_external_data, nesting_error
 from .graph import Graph, Model, Node, ValueInfo, onnx_domain
-from .inference import infer_value_types
+from .isolated import infer_value_types
 from .types import ValueType, np_dtype
 
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"

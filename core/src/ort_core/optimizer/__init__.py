@@ -21,13 +21,17 @@ BASIC = 1
 EXTENDED = 2  # provider-specific fusions, run by the session after partitioning (cpu_fusion.py)
 
 
-def optimize(model: Model, level: int, evaluate: Callable) -> dict[str, int]:
-    """Run the passes enabled at ``level`` (a GraphOptimizationLevel); returns counts per pass."""
+def optimize(model: Model, level: int, evaluate: Callable, keep_qdq: bool = False) -> dict[str, int]:
+    """Run the passes enabled at ``level`` (a GraphOptimizationLevel); returns counts per pass.
+
+    ``keep_qdq``: a provider of the session runs quantized (QDQ) groups, so the DequantizeLinear of a
+    quantized weight stays a node for it to claim instead of being folded into a float weight.
+    """
     stats: dict[str, int] = {}
     if level >= BASIC:
         stats["identity_removal"] = remove_identities(model.graph)
         stats["common_subexpressions"] = eliminate_common_subexpressions(model.graph)
-        stats["constant_folding"] = fold_constants(model, evaluate)
+        stats["constant_folding"] = fold_constants(model, evaluate, keep={"DequantizeLinear"} if keep_qdq else ())
         stats["chains"] = simplify_chains(model.graph)
         stats["conv_folding"] = fold_into_conv(model.graph)
         stats["dead_code"] = eliminate_dead_code(model.graph)

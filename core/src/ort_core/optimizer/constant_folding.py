@@ -6,7 +6,7 @@ the default domain are never folded. How a node is computed is the caller's ``ev
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import numpy as np
 
@@ -16,8 +16,11 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
               "Bernoulli", "If", "Loop", "Scan"}
 
 
-def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
-    """Fold in place; ``evaluate(node, inputs)`` returns the node's outputs. Returns nodes folded."""
+def fold_constants(model: Model, evaluate: Callable[[Node, list], list], keep: Collection[str] = ()) -> int:
+    """Fold in place; ``evaluate(node, inputs)`` returns the node's outputs. Returns nodes folded.
+
+    ``keep``: op types left as nodes although their inputs are constant (a provider's preference, such as
+    DequantizeLinear for one that runs QDQ groups)."""
     graph = model.graph
     if any(n.op_type == "Gradient" for n in graph.nodes):
         return 0  # folding the forward cone a Gradient differentiates would zero its result
@@ -25,7 +28,7 @@ def fold_constants(model: Model, evaluate: Callable[[Node, list], list]) -> int:
     constants = set(graph.constant_initializers())
     folded_ids: set[int] = set()
     for node in graph.topological_order():
-        if _foldable(node, constants) and not (set(node.outputs) & feedable):
+        if node.op_type not in keep and _foldable(node, constants) and not (set(node.outputs) & feedable):
             inputs = [graph.initializers[i] if i else None for i in node.inputs]
             try:
                 outputs = evaluate(node, inputs)

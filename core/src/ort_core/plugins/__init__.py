@@ -9,11 +9,11 @@ import pluggy
 
 from ..ir.graph import is_onnx_domain, onnx_domain
 from .loading import LoadOnce, missing_symbols
-from .provider import ExecutionProvider, SessionContext, UnsupportedSubgraph
+from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "ExecutionProvider", "FusedSubgraph", "GraphView", "LoadOnce", "ProviderInfo",
+__all__ = ["Capability", "ExecutionProvider", "FusedSubgraph", "GraphView", "LoadOnce", "Preferences", "ProviderInfo",
            "SessionContext", "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "hookimpl",
            "is_onnx_domain", "missing_symbols", "onnx_domain"]

@@ -1,7 +1,7 @@
 """Plugin discovery and validated hook calls.
 
-Finds provider plugins through the ``ort_core.providers`` entry points (the CPU provider is
-registered directly, through the same hooks), routes each hook call to the one plugin owning
+Finds provider plugins through the ``ort_core.providers`` entry points (the CPU provider too:
+ort-core declares its own entry point, and nothing here imports it), routes each hook call to the one plugin owning
 the provider, and turns exceptions or malformed answers into PluginError naming the plugin.
 It decides nothing about partitioning or execution.
 """
@@ -21,18 +21,19 @@ from ..errors import InvalidArgument, OrtWarning, PluginError
 from ..memory.device import Device
 from ..memory.protocols import Allocator, DataTransfer
 from . import hookspecs
-from .provider import ExecutionProvider, HookProvider, SessionContext, UnsupportedSubgraph
+from .provider import ExecutionProvider, HookProvider, Preferences, SessionContext, UnsupportedSubgraph
 from .types import Capability, GraphView, ProviderInfo
 
 ENTRY_POINT_GROUP = "ort_core.providers"
 CPU = "CPUExecutionProvider"
+CORE_DIST = "ort-core"  # ships the CPU provider's entry point
 
 
 @dataclass(frozen=True)
 class Registered:
     info: ProviderInfo
     plugin: Any
-    plugin_name: str  # entry-point name ('builtin' for the CPU provider)
+    plugin_name: str  # entry-point name ('cpu' for the CPU provider)
     distribution: str  # distribution that ships it, for messages
 
     @property
@@ -54,11 +55,9 @@ class PluginRegistry:
 
     # ---------------------------------------------------------------- discovery
     def load(self) -> PluginRegistry:
-        from ..providers.cpu import provider as cpu_provider
-
-        self._add(cpu_provider, "builtin", "ort-core")
-        for ep in sorted(_provider_entry_points(), key=lambda e: e.name):
-            dist = getattr(getattr(ep, "dist", None), "name", None) or ep.value
+        # ort-core's own entry point (the CPU provider) first: no plugin can take its name
+        for ep in sorted(_provider_entry_points(), key=lambda e: (_dist_name(e) != CORE_DIST, e.name)):
+            dist = _dist_name(ep) or ep.value
             try:
                 plugin = ep.load()
             except Exception as e:  # noqa: BLE001 - a broken plugin must never break the core
@@ -68,6 +67,7 @@ class PluginRegistry:
         return self
 
     def _add(self, plugin: Any, name: str, dist: str) -> None:
+        """Register one plugin object and the providers it declares (skipped with a warning if broken)."""
         try:
             self.pm.register(plugin, name=name)
         except Exception as e:  # noqa: BLE001
@@ -223,6 +223,10 @@ class SessionProvider:
             raise self._bad(call, f"returned {type(value).__name__}, {expected}")
         return value
 
+    def preferences(self) -> Preferences:
+        prefs = self._ask("preferences", self.ep.preferences)
+        return self._typed("preferences", prefs, Preferences, "expected ort_core.plugins.Preferences")
+
     def get_capability(self, view: GraphView) -> Capability:
         cap = self._ask("ort_get_capability", self.ep.get_capability, view)
         if cap is None:
@@ -315,6 +319,10 @@ def _provider_entry_points():
     return list(entry_points(group=ENTRY_POINT_GROUP))
 
 
+def _dist_name(ep: Any) -> str | None:
+    return getattr(getattr(ep, "dist", None), "name", None)
+
+
 def _warn(msg: str) -> None:
     warnings.warn(msg, OrtWarning, stacklevel=3)
 
@@ -329,4 +337,8 @@ def get_registry(reload: bool = False) -> PluginRegistry:
     with _lock:
         if _registry is None or reload:
             _registry = PluginRegistry().load()
+            if CPU not in _registry.providers:
+                raise PluginError(f"{CPU} is not registered: the entry point '{ENTRY_POINT_GROUP}' of the "
+                                  f"'{CORE_DIST}' distribution is missing (run ort-core from an installed copy: "
+                                  "pip install ./core, or pip install -e ./core for development)")
         return _registry

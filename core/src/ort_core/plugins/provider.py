@@ -38,6 +38,17 @@ class SessionContext:
     optimization_level: int = 99
 
 
+@dataclass(frozen=True)
+class Preferences:
+    """What a provider asks of the core before its session optimizes the model (asked once per build).
+
+    ``keep_qdq``: it runs quantized (QDQ) groups, so DequantizeLinear of quantized weights must stay nodes
+    rather than be folded into float weights (the default folds them: faster for float providers).
+    """
+
+    keep_qdq: bool = False
+
+
 class UnsupportedSubgraph(Exception):
     """A provider's compile turned out unable to run one subgraph (a limit its capability could not
     see). Raised from ``ExecutionProvider.compile_subgraph`` or returned in ``compile``'s list in
@@ -78,6 +89,10 @@ class ExecutionProvider:
         return self.devices[0]
 
     # ----------------------------------------------------------------- placement
+    def preferences(self) -> Preferences:
+        """What it wants kept or done before placement (see Preferences); asked before optimization."""
+        return Preferences()
+
     def get_capability(self, graph: GraphView) -> Capability:
         """Which offered nodes it takes (see ``hookspecs.ort_get_capability`` for the rules)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement get_capability")

@@ -1,7 +1,9 @@
 """OrtValue: a value (numpy array on the host, a provider's tensor on its device) and its Device.
 
 Mirrors onnxruntime.OrtValue. Device values are created and read only through the owning
-provider's ``data_transfer`` hook; this module never looks inside a device tensor.
+provider's data transfer (the registry's default instance of it); this module never looks inside
+a device tensor. It stands above the plugin registry, beside IOBinding, so ``memory/`` stays free
+of any plugin import.
 """
 
 from __future__ import annotations
@@ -11,8 +13,11 @@ from typing import Any
 
 import numpy as np
 
-from ..errors import InvalidArgument, NotImplementedOp
-from .device import HOST, Device
+from .errors import InvalidArgument, NotImplementedOp
+from .ir.types import elem_type_name, elem_type_of, np_dtype
+from .memory.device import HOST, Device
+from .memory.protocols import host_array
+from .plugins.manager import CPU, get_registry
 
 
 class OrtValue:
@@ -87,16 +92,12 @@ class OrtValue:
             inner = OrtValue(self._value[0]).data_type() if self._value else "tensor(undefined)"
             return f"seq({inner})"
         self._need_tensor("data_type")
-        from ..ir.types import elem_type_name
-
         code = self.element_type()
         return f"tensor({elem_type_name(code)})"
 
     def element_type(self) -> int:
         """The ONNX element type number (onnx.TensorProto.FLOAT is 1), as onnxruntime returns."""
         self._need_tensor("element_type")
-        from ..ir.types import elem_type_of
-
         code = elem_type_of(np.dtype(self._value.dtype))
         if code is None:
             raise InvalidArgument(f"dtype {self._value.dtype} has no ONNX element type")
@@ -172,8 +173,6 @@ class OrtValue:
 
 def to_dtype(element_type: Any) -> np.dtype:
     """numpy dtype of an element type given as a numpy dtype/type or an ONNX element type number."""
-    from ..ir.types import np_dtype
-
     if isinstance(element_type, (int, np.integer)) and not isinstance(element_type, bool):
         try:
             return np_dtype(int(element_type))
@@ -188,8 +187,6 @@ def to_dtype(element_type: Any) -> np.dtype:
 
 def known_devices() -> dict[Device, str]:
     """Every device of an installed, available provider -> the first such provider's name."""
-    from ..plugins.manager import CPU, get_registry
-
     found: dict[Device, str] = {HOST: CPU}
     for name, reg in get_registry().providers.items():
         if reg.info.available:
@@ -220,8 +217,6 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
 
 
 def _transfer(device: Device):
-    from ..plugins.manager import get_registry
-
     provider = known_devices().get(device)
     if provider is None:
         return None
@@ -264,9 +259,6 @@ def _same(value: Any) -> Any:
 
 def _host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     """An uninitialized host array from the CPU provider's allocator (the arena)."""
-    from ..plugins.manager import CPU, get_registry
-    from .protocols import host_array
-
     alloc = get_registry().allocator(CPU, HOST)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return host_array(alloc.allocate(nbytes), shape, dtype)
