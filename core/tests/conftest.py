@@ -44,17 +44,33 @@ def import_test_plugins(*modules: str) -> list:
 
 
 def record_copies(monkeypatch, *transfer_classes) -> list[tuple[str, str]]:
-    """Patch each DataTransfer class so that every copy() it makes appends (src, dst), as strings, to the
-    returned list, in order."""
+    """Patch each DataTransfer class so that every copy it makes (``copy``, or ``copy_into`` for transfers that
+    copy on streams) appends (src, dst), as strings, to the returned list, in order."""
+    from ort_core.memory import HOST, DeviceTensor
+
     seen: list[tuple[str, str]] = []
     for cls in transfer_classes:
         original = cls.copy
+        original_into = getattr(cls, "copy_into", None)
+        inside = [False]  # copy() made through copy_into counts once
 
-        def counting(self, value, src, dst, _original=original):
+        def counting(self, value, src, dst, _original=original, inside=inside):
             seen.append((str(src), str(dst)))
-            return _original(self, value, src, dst)
+            inside[0] = True
+            try:
+                return _original(self, value, src, dst)
+            finally:
+                inside[0] = False
+
+        def counting_into(self, src_value, dst_value, stream, _original=original_into, inside=inside):
+            if not inside[0]:
+                seen.append(tuple(str(v.device if isinstance(v, DeviceTensor) else HOST)
+                                  for v in (src_value, dst_value)))
+            return _original(self, src_value, dst_value, stream)
 
         monkeypatch.setattr(cls, "copy", counting)
+        if original_into is not None:
+            monkeypatch.setattr(cls, "copy_into", counting_into)
     return seen
 
 

@@ -131,3 +131,25 @@ def test_explain_command(plugins, tmp_path, capsys):
     assert "declined, with each provider's reason:" in out
     assert "second device only runs ['Mul', 'Sub']" in out
     assert "copies between devices per run: 6" in out
+
+
+def test_a_slow_asynchronous_device_is_waited_for_wherever_its_values_are_read(plugins, monkeypatch):
+    """The example device computes on a worker thread; slowed down, every read of its values (by the host,
+    by the second device through the host, as a graph output) must still wait for the work to finish."""
+    import time
+
+    (kernels,) = import_test_plugins("ort_ep_example.kernels")
+    compute = kernels._compute
+
+    def slow(plan, tensors):
+        time.sleep(0.02)
+        compute(plan, tensors)
+
+    monkeypatch.setattr(kernels, "_compute", slow)
+    model = alternating_model()
+    sess = quiet_session(model, [SECOND, EXAMPLE, CPU])
+    (expected,) = ort.InferenceSession(model).run(None, {"x": np.ones((3, 4), np.float32)})
+    for seed in range(3):
+        x = np.random.default_rng(seed).standard_normal((3, 4)).astype(np.float32)
+        (expected,) = ort.InferenceSession(model).run(None, {"x": x})
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-6)

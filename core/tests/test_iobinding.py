@@ -80,7 +80,7 @@ def expected(cpu_session, x, z):
 # ------------------------------------------------------------------- device in and out
 
 def test_device_input_and_output_stay_on_the_device(model, cpu_session, copies):
-    from ort_ep_example.memory import ExampleTensor
+    from ort_core.memory import DeviceTensor
 
     sess = device_session(model)
     x, z = feed()
@@ -95,7 +95,7 @@ def test_device_input_and_output_stay_on_the_device(model, cpu_session, copies):
     # is not copied to the host (2 copies fewer than run())
     assert sorted(copies) == sorted([D2H, H2D, H2D])
     (y,) = binding.get_outputs()
-    assert y.device_name() == "example" and isinstance(y.value, ExampleTensor)
+    assert y.device_name() == "example" and isinstance(y.value, DeviceTensor)
     assert y.shape() == [3, 5] and y.data_type() == "tensor(float)"
     copies.clear()
     (y_host,) = binding.copy_outputs_to_cpu()
@@ -379,14 +379,7 @@ def test_concurrent_runs_with_bindings(model, cpu_session):
 def test_run_with_a_device_ortvalue_feeds_it_without_a_host_round_trip(monkeypatch):
     from ort_ep_example import memory as example_memory
 
-    copies = []
-    original = example_memory.ExampleDataTransfer.copy
-
-    def counting(self, value, src, dst):
-        copies.append((str(src), str(dst)))
-        return original(self, value, src, dst)
-
-    monkeypatch.setattr(example_memory.ExampleDataTransfer, "copy", counting)
+    copies = record_copies(monkeypatch, example_memory.ExampleDataTransfer)
     model = make_model([helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
                        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
                        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])

@@ -128,12 +128,12 @@ def test_bad_arguments_are_named():
 
 @pytest.mark.parametrize("dtype", list(DTYPES), ids=lambda d: np.dtype(d).name)
 def test_from_numpy_on_device_round_trips_bit_exactly(dtype, example_copies):
-    from ort_ep_example.memory import ExampleTensor
+    from ort_core.memory import DeviceTensor
 
     arr = _sample(dtype)
     v = ort.OrtValue.ortvalue_from_numpy(arr, "example", 0)
     assert example_copies == [("cpu:0", "example:0")]
-    assert isinstance(v.value, ExampleTensor) and v.device == EXAMPLE and v.device_name() == "example"
+    assert isinstance(v.value, DeviceTensor) and v.device == EXAMPLE and v.device_name() == "example"
     assert v.shape() == [2, 3] and v.data_type() == f"tensor({DTYPES[dtype]})"
     assert v.is_tensor() and v.has_value()
     back = v.numpy()

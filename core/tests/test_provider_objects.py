@@ -25,14 +25,15 @@ PICKY_SRC = """
                                   hookimpl)
 
     INFO = ProviderInfo("PickyExecutionProvider", description="test",
-                        options={"refuse": "", "fail": "", "keep_qdq": "0"})
+                        options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0"})
     EVENTS = []
     OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
 
 
     class PickyProvider(ExecutionProvider):
         def preferences(self):
-            return Preferences(keep_qdq=self.options.get("keep_qdq") == "1")
+            return Preferences(keep_qdq=self.options.get("keep_qdq") == "1",
+                               bakes_weights=self.options.get("bake") == "1")
 
         def get_capability(self, graph):
             if self.options.get("fail") == "capability":
@@ -43,13 +44,15 @@ PICKY_SRC = """
         def compile_subgraph(self, sub):
             ops = [n.op_type for n in sub.nodes]
             EVENTS.append(("compile", tuple(ops)))
+            EVENTS.append(("subgraph", list(sub.inputs), sorted(sub.constants)))
             if self.options.get("refuse") in ops:
                 raise UnsupportedSubgraph(f"{self.options['refuse']} is too large for the test device")
             steps = [(OPS[n.op_type], list(n.inputs), n.outputs[0]) for n in sub.nodes]
             inputs, outputs = list(sub.inputs), list(sub.outputs)
 
             def kernel(*xs):
-                env = dict(zip(inputs, xs))
+                EVENTS.append(("call", len(xs)))
+                env = {**sub.constants, **dict(zip(inputs, xs))}
                 for fn, ins, out in steps:
                     env[out] = fn(*[env[i] for i in ins])
                 return [env[o] for o in outputs]
@@ -145,7 +148,7 @@ def test_instance_is_closed_when_its_session_goes_and_by_set_providers(picky):
 
 def test_unknown_option_of_a_v2_provider_names_the_valid_ones(picky):
     with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['refuse_op'\] for "
-                                                  f"'{PICKY}'; valid options: fail, keep_qdq, refuse"):
+                                                  f"'{PICKY}'; valid options: bake, fail, keep_qdq, refuse"):
         ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse_op": "Add"})])
 
 
@@ -161,7 +164,7 @@ def test_unsupported_subgraph_goes_to_the_next_provider_alone(picky):
     assert f"{PICKY}: 1/4 nodes" in line
     assert "handed back at compile: 1 subgraph(s)" in line and "Mul is too large for the test device" in line
     # Relu's subgraph was compiled once: the retry kept it
-    assert [e for e in picky.EVENTS if e[0] == "compile"] == [("compile", ("Relu",)), ("compile", ("Add", "Mul"))]
+    assert [e[:2] for e in picky.EVENTS if e[0] == "compile"] == [("compile", ("Relu",)), ("compile", ("Add", "Mul"))]
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], _expected(X), rtol=1e-6)
     assert "handed back by its compile" in sess.explain()
 
@@ -237,3 +240,24 @@ def test_a_provider_that_keeps_qdq_groups_sees_the_dequantize_of_weights(picky):
     # set_providers optimizes again for the new list: folded once no provider keeps QDQ
     kept.set_providers(["CPUExecutionProvider"])
     assert "DequantizeLinear" not in {n.op_type for n in kept._model.graph.nodes}
+
+
+def add_weight_model():
+    """y = Relu(x) + w with a constant w: Picky takes both nodes."""
+    w = numpy_helper.from_array(np.array([1, -2, 3, -4], np.float32), "w")
+    return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                       helper.make_node("Add", ["r", "w"], ["y"], name="add")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])], [w])
+
+
+@pytest.mark.parametrize("bake", ["0", "1"])
+def test_weights_are_inputs_or_baked_as_the_provider_prefers(picky, bake):
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(add_weight_model(), providers=[(PICKY, {"bake": bake})])
+    (sub,) = [e for e in picky.EVENTS if e[0] == "subgraph"]
+    assert sub[2] == ["w"]  # the constant is offered to compile either way
+    assert sub[1] == (["x"] if bake == "1" else ["x", "w"])  # ... and fed at run time only when not baked
+    picky.EVENTS.clear()
+    np.testing.assert_array_equal(sess.run(None, {"x": X})[0], np.maximum(X, 0) + [1, -2, 3, -4])
+    assert picky.EVENTS == [("call", 1 if bake == "1" else 2)]

@@ -19,6 +19,7 @@ from . import limits
 from .errors import InvalidArgument, InvalidGraph, KernelError, OrtError, RunTerminated
 from .limits import RunContext
 from .memory.device import HOST, Device
+from .memory.tensor import DeviceTensor
 
 
 @dataclass(frozen=True)
@@ -110,7 +111,7 @@ class ExecutionPlan:
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
                 raise KernelError(f"{step.label} failed: {type(e).__name__}: {e}") from e
             for s, v in zip(step.outs, results):
-                if type(v) is np.ndarray and v.nbytes > max_bytes:
+                if (type(v) is np.ndarray or type(v) is DeviceTensor) and v.nbytes > max_bytes:
                     # kernels check sizes they derive from data before allocating; this bounds the rest
                     # (a chain of Concat(x, x) doubling a tensor at every node, say)
                     raise KernelError(limits.too_large(step.label, v))

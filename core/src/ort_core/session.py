@@ -43,7 +43,7 @@ from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, direct_copier
 from .partition import partition
 from .placement import explain
-from .plan import PlanBuilder, checked_kernel
+from .planning import Placed, build_plan
 from .plugins.manager import CPU, SessionProvider, get_registry
 from .plugins.provider import SessionContext, UnsupportedSubgraph
 from .plugins.types import FusedSubgraph
@@ -142,12 +142,13 @@ class InferenceSession:
         self._providers.remove(name)
         self._instances.pop(name).close()
 
-    def _place(self) -> tuple[Any, dict[int, Any]]:
+    def _place(self, baking: set[str]) -> tuple[Any, dict[int, Any]]:
         """Partition and compile until every subgraph has a kernel -> (partition, id(subgraph) -> kernel).
 
         A subgraph a provider hands back (UnsupportedSubgraph) goes to the next provider for just
         those nodes; a provider whose plugin fails is dropped. Kernels compiled before such a
-        retry are kept (keyed by provider and node ids), so nothing is compiled twice.
+        retry are kept (keyed by provider and node ids), so nothing is compiled twice. ``baking``: the
+        providers that take constants at compile time only (Preferences.bakes_weights).
         """
         model = self._model
         excluded: dict[str, set[int]] = {}
@@ -155,21 +156,21 @@ class InferenceSession:
         compiled: dict[tuple[str, tuple[int, ...]], Any] = {}
         level = int(self._sess_options.graph_optimization_level)
         while True:
-            part = self._partition_once(excluded)
+            part = self._partition_once(excluded, baking)
             if level >= EXTENDED:
                 fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
                 self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
                 if fused:  # fused nodes exist only for the CPU provider: place the changed graph again
-                    part = self._partition_once(excluded)
+                    part = self._partition_once(excluded, baking)
             part.handed_back = handed_back
             if self._compile_all(part, compiled, excluded, handed_back):
                 kernels = {id(sub): compiled[(p, tuple(n.id for n in sub.nodes))] for p, sub in part.subgraphs}
                 return part, kernels
 
-    def _partition_once(self, excluded: dict[str, set[int]]):
+    def _partition_once(self, excluded: dict[str, set[int]], baking: set[str]):
         part = partition(self._model.graph, self._model.opset_imports,
                          [self._instances[p] for p in self._providers], self._custom_ops,
-                         strict=self._strict, excluded=excluded)
+                         strict=self._strict, excluded=excluded, baking=baking)
         for name in part.failed:
             self._providers.remove(name)
             self._instances.pop(name).close()
@@ -208,11 +209,12 @@ class InferenceSession:
         asked first), place and compile, then plan. set_providers runs it again from the start."""
         self._model = model = self._loaded.copy()
         graph = model.graph
-        keep_qdq = any(self._instances[p].preferences().keep_qdq for p in self._providers)
+        prefs = {p: self._instances[p].preferences() for p in self._providers}
+        keep_qdq = any(pref.keep_qdq for pref in prefs.values())
         self._optimizer_stats = _optimize(model, int(self._sess_options.graph_optimization_level),
                                           _cpu_evaluator(self._instances[CPU], model), keep_qdq=keep_qdq)
         infer_static_types(graph, model.opset_imports, self._custom_ops)
-        part, kernels = self._place()
+        part, kernels = self._place({p for p, pref in prefs.items() if pref.bakes_weights})
         self._partition = part
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)
@@ -220,38 +222,16 @@ class InferenceSession:
             warnings.warn("provider assignment:\n" + "\n".join("  " + line for line in part.summary(
                 graph, self._providers)), OrtWarning, stacklevel=3)
 
-        b = PlanBuilder()
-        inits = graph.initializers
-        overridable = {v.name for v in graph.inputs if v.name in inits}
-        b.constants = set(graph.constant_initializers())
-        for name, value in inits.items():
-            b.define(name, HOST, value)
-        for v in graph.inputs:
-            b.define(v.name, HOST, inits.get(v.name))
-        transfer = _transfers_between_devices(self._instances, part.subgraphs)
         check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
-        for provider, sub in part.subgraphs:
-            device = self._instances[provider].device
-            kernel = kernels[id(sub)]
-            ins = [b.read(n, device, transfer(b.location.get(n), device), _describe(sub)) for n in sub.inputs]
-            outs = [b.define(n, device) for n in sub.outputs]
-            label = f"{_describe(sub)} on {provider}"
-            if check_outputs:
-                kernel = checked_kernel(kernel, sub.outputs, graph, label)
-            b.add(kernel, ins, outs, label)
-        self._output_slots = {}
-        for v in graph.outputs:
-            if v.name not in b.location:
-                raise InvalidGraph(f"{model.source}: graph output '{v.name}' is produced by no node, "
-                                   "input or initializer")
-            slot = b.read(v.name, HOST, transfer(b.location[v.name], HOST), f"graph output '{v.name}'")
-            self._output_slots[v.name] = slot
-            b.keep.add(slot)
-        self._plan = b.finish()
+        placed = [Placed(self._instances[p], sub, kernels[id(sub)], f"{_describe(sub)} on {p}")
+                  for p, sub in part.subgraphs]
+        self._plan, self._output_slots = build_plan(graph, placed, self._instances, check_outputs, model.source)
         self._plan.context = self._limits
         if self._profiler is not None:
             self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
-        self._input_slots = {v.name: b.plan.slots[(v.name, HOST)] for v in graph.inputs}
+        inits = graph.initializers
+        overridable = {v.name for v in graph.inputs if v.name in inits}
+        self._input_slots = {v.name: self._plan.slots[(v.name, HOST)] for v in graph.inputs}
         self._inputs = [NodeArg.from_value_info(v) for v in graph.inputs if v.name not in inits]
         self._overridable = [NodeArg.from_value_info(v) for v in graph.inputs if v.name in overridable]
         self._feedable = {a.name: a for a in self._inputs + self._overridable}
@@ -455,51 +435,6 @@ def _cpu_evaluator(cpu, model: Model):
         return [by_name.get(o) for o in node.outputs]
 
     return evaluate
-
-
-def _transfers_between_devices(instances, subgraphs):
-    """transfer(src, dst) -> the DataTransfer that copies between two devices, or None.
-
-    Asks the transfer of the provider owning ``dst``, then the one owning ``src``: a value a
-    device provider produced and the CPU provider reads can only be copied by the producer's.
-    """
-    owners = {}
-    for provider, _ in subgraphs:
-        device = instances[provider].device
-        if not device.is_host and device not in owners:
-            owners[device] = instances[provider].data_transfer()
-
-    def direct(src, dst):
-        for device in (dst, src):
-            t = owners.get(device)
-            if t is not None and t.can_copy(src, dst):
-                return t
-        return None
-
-    def transfer(src, dst):
-        if src is None or src == dst:
-            return None
-        t = direct(src, dst)
-        if t is None and not src.is_host and not dst.is_host:
-            down, up = direct(src, HOST), direct(HOST, dst)
-            if down is not None and up is not None:
-                return StagedTransfer(down, up)
-        return t
-
-    return transfer
-
-
-class StagedTransfer:
-    """Copies between two devices no single transfer connects, through host memory."""
-
-    def __init__(self, down, up) -> None:
-        self.down, self.up = down, up
-
-    def can_copy(self, src, dst) -> bool:
-        return self.down.can_copy(src, HOST) and self.up.can_copy(HOST, dst)
-
-    def copy(self, value, src, dst):
-        return self.up.copy(self.down.copy(value, src, HOST), HOST, dst)
 
 
 def _describe(sub) -> str:

@@ -6,7 +6,9 @@ core will find it; the conformance suite certifies the contract more broadly tha
 
 from __future__ import annotations
 
+import gc
 import os
+import threading
 import warnings
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,12 +18,12 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_conformance.unavailable import check_falls_back_when_unavailable
 from ort_ep_example import memory, plugin
-from ort_ep_example.memory import DEVICE, ExampleTensor
+from ort_ep_example.memory import DEVICE
 
 import ort_core as ort
 from ort_core.ir import load_model
-from ort_core.memory import HOST, Allocator, DataTransfer, Device
-from ort_core.plugins import FusedSubgraph, GraphView
+from ort_core.memory import HOST, Allocator, DataTransfer, Device, DeviceTensor
+from ort_core.plugins import ContextKernel, FusedSubgraph, GraphView, KernelContext
 from ort_core.plugins.manager import get_registry
 from ort_core.session import CHECK_OUTPUTS_KEY
 
@@ -130,28 +132,29 @@ def test_mixed_model_partitions_and_matches_cpu_and_numpy(dtype):
     ref = numpy_reference(feed["x"], feed["z"], w, b)
     tol = {"rtol": 1e-5, "atol": 1e-6} if dtype == np.float32 else {"rtol": 1e-12, "atol": 1e-12}
     for g, c, r in zip(got, cpu, ref):
-        assert type(g) is np.ndarray and g.dtype == dtype  # copied back to the host, not ExampleTensor
+        assert type(g) is np.ndarray and g.dtype == dtype  # copied back to the host, not a DeviceTensor
         np.testing.assert_allclose(g, c, **tol)
         np.testing.assert_allclose(g, r, **tol)
 
 
 def test_values_crossing_borders_are_copied_through_the_plugin(monkeypatch):
     seen = []
-    original = memory.ExampleDataTransfer.copy
+    original = memory.ExampleDataTransfer.copy_into
 
-    def counting(self, value, src, dst):
-        seen.append((src, dst))
-        return original(self, value, src, dst)
+    def counting(self, src_value, dst_value, stream):
+        seen.append(tuple(DEVICE if isinstance(v, DeviceTensor) else HOST for v in (src_value, dst_value)))
+        assert stream is not None  # the plan's copies are ordered on the run's stream
+        return original(self, src_value, dst_value, stream)
 
-    monkeypatch.setattr(memory.ExampleDataTransfer, "copy", counting)
     model, _, _ = mixed_model(np.float32)
-    sess = session(model)
+    sess = session(model)  # constants cross once here, before counting starts
+    monkeypatch.setattr(memory.ExampleDataTransfer, "copy_into", counting)
     y, r = sess.run(None, feeds(np.float32))
     assert isinstance(y, np.ndarray) and isinstance(r, np.ndarray)
     # device -> host: r (read by Softmax and returned: copied once), d (Transpose) and y
     assert seen.count((DEVICE, HOST)) == 3
-    # host -> device at least x, z, s and tr (constants W and b too, unless the core bakes them)
-    assert seen.count((HOST, DEVICE)) >= 4
+    # host -> device: x, z, s and tr; the constants W and b crossed once, at session creation
+    assert seen.count((HOST, DEVICE)) == 4
     assert set(seen) == {(DEVICE, HOST), (HOST, DEVICE)}
 
 
@@ -293,9 +296,10 @@ def test_transfer_round_trips_every_dtype_bit_exactly(dtype):
     big = _random_array(dtype, (4, 6, 5), rng)
     for host in (big, big[:, ::2, 1:].transpose(2, 0, 1), big[0, 0, 0].reshape(()), big[:0], big[:, :, 2]):
         dev = dt.copy(host, HOST, DEVICE)
-        assert isinstance(dev, ExampleTensor) and dev.shape == host.shape and dev.dtype == host.dtype
+        assert isinstance(dev, DeviceTensor) and dev.shape == host.shape and dev.dtype == host.dtype
+        assert dev.device == DEVICE and dev.is_contiguous
         again = dt.copy(dev, DEVICE, DEVICE)
-        assert again.buffer.ptr != dev.buffer.ptr
+        assert again.ptr != dev.ptr
         back = dt.copy(again, DEVICE, HOST)
         assert type(back) is np.ndarray and back.shape == host.shape and back.dtype == host.dtype
         assert back.tobytes() == host.tobytes()
@@ -312,8 +316,11 @@ def test_transfer_pairs_and_strings():
         dt.copy(np.array(["a", "bc"]), HOST, DEVICE)
     with pytest.raises(ValueError, match="cannot copy"):
         dt.copy(np.zeros(2), DEVICE, other)
-    with pytest.raises(TypeError, match="expects an ExampleTensor"):
+    with pytest.raises(TypeError, match="expects a DeviceTensor on example:0"):
         dt.copy(np.zeros(2), DEVICE, HOST)
+    dev = dt.copy(np.arange(3.0), HOST, DEVICE)
+    with pytest.raises(TypeError, match="not host memory: copy it to the host first"):
+        np.asarray(dev)  # the core and users never read device memory as numpy
 
 
 def test_allocator_alignment_for_every_size():
@@ -339,20 +346,67 @@ def _compiled(model):
     outputs = [v.name for v in ir.graph.outputs]
     inputs = [v.name for v in ir.graph.inputs]
     sub = FusedSubgraph("example_0", nodes, inputs, outputs, {}, ir.opset_imports, ir.graph)
-    return plugin.ExampleProvider(plugin._info()).compile_subgraph(sub)
+    ep = plugin.ExampleProvider(plugin._info())
+    return ep, ep.compile_subgraph(sub)
 
 
-def test_kernel_takes_and_returns_device_tensors_and_never_writes_inputs():
+def test_kernel_enqueues_on_the_stream_into_context_outputs_and_never_writes_inputs():
     nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "x"], ["y"])]
     vi = [helper.make_tensor_value_info(n, F32, [5]) for n in ("x", "y")]
-    kernel = _compiled(make_model(nodes, vi[:1], vi[1:]))
+    ep, kernel = _compiled(make_model(nodes, vi[:1], vi[1:]))
+    assert isinstance(kernel, ContextKernel)
     x = np.array([-2, -1, 0, 1, 2], np.float32)
     dev = memory.TRANSFER.copy(x, HOST, DEVICE)
-    (y,) = kernel(dev)
-    assert isinstance(y, ExampleTensor) and y.shape == (5,) and y.dtype == np.float32
-    np.testing.assert_array_equal(memory.TRANSFER.copy(y, DEVICE, HOST), [-2, -1, 0, 2, 4])
-    np.testing.assert_array_equal(memory.TRANSFER.copy(dev, DEVICE, HOST), x)
-    assert not dev.view().flags.writeable
+    stream = ep.stream()
+    gate = threading.Event()
+    stream.enqueue(gate.wait, "hold the worker")  # nothing queued after this runs until the gate opens
+    ctx = KernelContext([dev], [None], stream, memory.ALLOCATOR)
+    kernel.run(ctx)
+    (y,) = ctx.outputs
+    assert isinstance(y, DeviceTensor) and y.shape == (5,) and y.dtype == np.float32 and y.device == DEVICE
+    host = np.empty(5, np.float32)
+    memory.TRANSFER.copy_into(y, host, stream)
+    assert ep._worker.executed == 0  # all of it is still queued: the calls returned at once
+    gate.set()
+    stream.synchronize()
+    np.testing.assert_array_equal(host, [-2, -1, 0, 2, 4])
+    np.testing.assert_array_equal(memory.TRANSFER.copy(dev, DEVICE, HOST), x)  # input untouched
+    assert not memory.view(dev).flags.writeable
+    ep.close()
+    assert threading.current_thread() is not ep and ep._worker is None
+
+
+def test_a_failure_on_the_stream_is_raised_by_the_run_naming_the_work():
+    model = _single_node_model("MatMul", [(2, 3), (3, 2)], F32)
+    sess = session(model)
+    x, w = np.ones((2, 3), np.float32), np.ones((3, 2), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"a": x, "b": w})[0], np.full((2, 2), 3, np.float32))
+    with pytest.raises(ort.InvalidArgument):  # caught on the host before anything is enqueued
+        sess.run(None, {"a": x, "b": np.ones((4, 2), np.float32)})
+    ep = sess._instances[NAME].ep
+    original = memory._memcpy
+
+    def failing(*args):
+        raise OSError("simulated device fault")
+
+    memory._memcpy = failing
+    try:
+        with pytest.raises(ort.KernelError, match="simulated device fault"):
+            sess.run(None, {"a": x, "b": w})
+    finally:
+        memory._memcpy = original
+    assert ep._worker.alive  # the stream survives a failed run; the session stays usable
+    np.testing.assert_array_equal(sess.run(None, {"a": x, "b": w})[0], np.full((2, 2), 3, np.float32))
+
+
+def test_session_gc_stops_the_stream_worker():
+    sess = session(_single_node_model("Relu", [(3,)], F32))
+    sess.run(None, {"a": np.ones(3, np.float32)})
+    worker = sess._instances[NAME].ep._worker
+    assert worker.alive
+    del sess
+    gc.collect()
+    assert not worker.alive
 
 
 def test_dropped_tensors_release_their_memory():
@@ -391,3 +445,19 @@ def test_concurrent_runs_agree():
         for g, e in zip(got, expected[k % len(cases)]):
             np.testing.assert_array_equal(g, e)
 
+
+
+def test_the_tensor_size_limit_holds_for_device_values():
+    from ort_core.limits import MAX_TENSOR_BYTES_KEY
+
+    so = ort.SessionOptions()
+    so.add_session_config_entry(MAX_TENSOR_BYTES_KEY, "256")
+    sess = session(make_model([helper.make_node("Add", ["a", "b"], ["y"], name="outer_sum")],
+                              [helper.make_tensor_value_info("a", F32, ["N", 1]),
+                               helper.make_tensor_value_info("b", F32, [1, "N"])],
+                              [helper.make_tensor_value_info("y", F32, ["N", "N"])]), sess_options=so)
+    a = np.ones((8, 1), np.float32)
+    np.testing.assert_array_equal(sess.run(None, {"a": a, "b": a.T})[0], np.full((8, 8), 2))  # 256 bytes
+    a = np.ones((9, 1), np.float32)
+    with pytest.raises(ort.KernelError, match=rf"node 'outer_sum' \(Add\) on {NAME}.*shape \[9, 9\].*more than"):
+        sess.run(None, {"a": a, "b": a.T})  # the device output (324 bytes) is refused

@@ -39,8 +39,15 @@ class DataTransfer(Protocol):
     """Copies tensors between devices a provider knows.
 
     ``can_copy(src, dst)`` says whether this transfer handles the pair. ``copy(value, src,
-    dst)`` returns a new value on ``dst`` holding the same bytes, shape and dtype; host values
-    are numpy arrays.
+    dst)`` returns a new value on ``dst`` holding the same bytes, shape and dtype, complete on
+    return; host values are numpy arrays, device values ``DeviceTensor``s (or, for v1 plugins,
+    the provider's own objects).
+
+    Optional, for asynchronous devices: ``copy_into(src_value, dst_value, stream)`` writes the
+    bytes of ``src_value`` into the existing ``dst_value`` (same shape and dtype, allocated by the
+    core) and may return before they arrive, as work enqueued on ``stream`` (a Stream of this
+    provider, or None: complete on return). Where present, execution plans copy through it on the
+    consumer's stream and synchronize before a host reader; ``copy`` stays for one-off copies.
     """
 
     def can_copy(self, src: Device, dst: Device) -> bool: ...

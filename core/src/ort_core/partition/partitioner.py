@@ -49,12 +49,13 @@ class Partition:
 
 
 def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=None, strict: bool = False,
-              excluded: dict[str, set[int]] | None = None) -> Partition:
+              excluded: dict[str, set[int]] | None = None, baking: set[str] | frozenset = frozenset()) -> Partition:
     """Assign nodes to ``providers`` (the session's provider instances, priority order).
 
     ``custom_ops`` (a CustomOpRegistry) is shown to providers in the graph views and subgraphs.
     ``excluded``: provider name -> node ids not to offer it (subgraphs its compile handed back).
     A provider whose get_capability fails is left out (``Partition.failed``), or raises in strict mode.
+    ``baking``: providers whose subgraphs take constants at compile time only (not as inputs).
     """
     order = topological_order(graph)
     unassigned = [n.id for n in order]
@@ -87,7 +88,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=
     if unassigned:
         raise NotImplementedOp(_unassigned_message(graph, unassigned, result.declined, opsets, custom_ops))
     result.fused = dict(fuse)
-    result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse)
+    result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse, baking)
     for _, sub in result.subgraphs:
         sub.custom_ops = custom_ops
     return result
@@ -121,14 +122,15 @@ def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[i
 
 
 def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: dict[int, str],
-         fuse: dict[str, bool]) -> list[tuple[str, FusedSubgraph]]:
+         fuse: dict[str, bool], baking: set[str] | frozenset) -> list[tuple[str, FusedSubgraph]]:
     groups = _group(graph, order, assignment, fuse)
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
     constants = graph.constant_initializers()
     out = []
     for k, (p, nodes) in enumerate(groups):
-        out.append((p, _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants)))
+        out.append((p, _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants,
+                                 p in baking)))
     return out
 
 
@@ -180,7 +182,7 @@ def _group(graph: Graph, order: list[Node], assignment: dict[int, str],
     return groups
 
 
-def _subgraph(graph, opsets, name, nodes, consumers, graph_outputs, constants) -> FusedSubgraph:
+def _subgraph(graph, opsets, name, nodes, consumers, graph_outputs, constants, bake: bool) -> FusedSubgraph:
     ids = {n.id for n in nodes}
     produced: set[str] = set()
     inputs: list[str] = []
@@ -192,8 +194,10 @@ def _subgraph(graph, opsets, name, nodes, consumers, graph_outputs, constants) -
         produced.update(o for o in n.outputs if o)
     outputs = [o for n in nodes for o in n.outputs if o and (
         o in graph_outputs or any(c.id not in ids for c in consumers.get(o, ())))]
-    return FusedSubgraph(name, list(nodes), inputs, outputs,
-                         {i: constants[i] for i in inputs if i in constants}, dict(opsets), graph)
+    used = {i: constants[i] for i in inputs if i in constants}
+    if bake:  # the provider builds constants into its artifact: they are not inputs of its kernel
+        inputs = [i for i in inputs if i not in used]
+    return FusedSubgraph(name, list(nodes), inputs, outputs, used, dict(opsets), graph)
 
 
 def _custom_op_hint(node: Node, opset: int, custom_ops) -> str:

@@ -8,12 +8,13 @@ library once, the ONNX-domain spelling, Constant-node values); the contract itse
 import pluggy
 
 from ..ir.graph import is_onnx_domain, onnx_domain
+from .kernel import ContextKernel, KernelContext
 from .loading import LoadOnce, missing_symbols
 from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "ExecutionProvider", "FusedSubgraph", "GraphView", "LoadOnce", "Preferences", "ProviderInfo",
-           "SessionContext", "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "hookimpl",
-           "is_onnx_domain", "missing_symbols", "onnx_domain"]
+__all__ = ["Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView", "KernelContext",
+           "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "UnsupportedSubgraph", "constant_node_value",
+           "constant_node_values", "hookimpl", "is_onnx_domain", "missing_symbols", "onnx_domain"]

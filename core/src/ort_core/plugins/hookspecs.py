@@ -89,11 +89,14 @@ def ort_compile(provider, subgraph, options):
     and ``to_model_proto()`` for SDKs that ingest ONNX directly. For a claimed custom-op node,
     ``subgraph.custom_op(node)`` is its ``CustomOp``; ``op.bind(node, opset)`` gives its kernel.
 
-    Returns a callable ``kernel(*inputs) -> sequence`` taking one value per ``subgraph.inputs``
-    (numpy arrays on the host, or the provider's device values) and returning one value per
-    ``subgraph.outputs``, on the provider's device. Kernels are stateless and may be called
-    from several threads at once; they must not modify their inputs. Called once per subgraph
-    per session. Raising here makes the core fall back to other providers for these nodes.
+    Returns either a callable ``kernel(*inputs) -> sequence`` taking one value per
+    ``subgraph.inputs`` (numpy arrays on the host, ``ort_core.memory.DeviceTensor``s elsewhere)
+    and returning one value per ``subgraph.outputs``, on the provider's device, or an
+    ``ort_core.plugins.ContextKernel`` (contract v2), called with a ``KernelContext`` holding
+    the inputs, the output buffers to fill (pre-allocated where the model fixes their shape),
+    the run's stream and scratch memory. Kernels are stateless and may be called from several
+    threads at once; they must not modify their inputs. Called once per subgraph per session.
+    Raising here makes the core fall back to other providers for these nodes.
     """
 
 

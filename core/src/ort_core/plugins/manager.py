@@ -21,6 +21,7 @@ from ..errors import InvalidArgument, OrtWarning, PluginError
 from ..memory.device import Device
 from ..memory.protocols import Allocator, DataTransfer
 from . import hookspecs
+from .kernel import ContextKernel
 from .provider import ExecutionProvider, HookProvider, Preferences, SessionContext, UnsupportedSubgraph
 from .types import Capability, GraphView, ProviderInfo
 
@@ -201,6 +202,10 @@ class SessionProvider:
     def options(self) -> dict[str, str]:
         return self.ep.options
 
+    @property
+    def asynchronous(self) -> bool:
+        return bool(self.ep.asynchronous)
+
     def _failed(self, call: str, e: BaseException) -> PluginError:
         err = PluginError(f"{self.reg.label}: {call} for '{self.name}' raised {type(e).__name__}: {e}")
         err.provider = self.name
@@ -260,8 +265,9 @@ class SessionProvider:
         if len(kernels) != len(subgraphs):
             raise self._bad("ort_compile", f"returned {len(kernels)} kernels for {len(subgraphs)} subgraphs")
         for k in kernels:
-            if not callable(k) and not isinstance(k, UnsupportedSubgraph):
-                raise self._bad("ort_compile", f"returned {type(k).__name__}, expected a callable kernel")
+            if not callable(k) and not isinstance(k, (ContextKernel, UnsupportedSubgraph)):
+                raise self._bad("ort_compile", f"returned {type(k).__name__}, expected a callable kernel or "
+                                "an ort_core.plugins.ContextKernel")
         return kernels
 
     def allocator(self, device: Device) -> Allocator:

@@ -17,6 +17,7 @@ from typing import Any
 from ..memory.device import Device
 from ..memory.host import HostAllocator, HostDataTransfer
 from ..memory.protocols import Allocator, DataTransfer
+from ..memory.stream import Stream
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo
 
 Kernel = Callable[..., Sequence[Any]]
@@ -44,9 +45,13 @@ class Preferences:
 
     ``keep_qdq``: it runs quantized (QDQ) groups, so DequantizeLinear of quantized weights must stay nodes
     rather than be folded into float weights (the default folds them: faster for float providers).
+    ``bakes_weights``: it builds constant initializers into its compiled artifact, so its subgraphs list
+    them in ``constants`` only, not in ``inputs``: the core keeps no copy for it and feeds none at run time
+    (the default: weights are inputs, copied once to its device at session creation).
     """
 
     keep_qdq: bool = False
+    bakes_weights: bool = False
 
 
 class UnsupportedSubgraph(Exception):
@@ -87,6 +92,16 @@ class ExecutionProvider:
     def device(self) -> Device:
         """Where this instance's kernels take and leave their values."""
         return self.devices[0]
+
+    asynchronous = False
+    """True for a provider whose kernels and copies enqueue work on a stream: the core then asks ``stream()``
+    for one stream per run, passes it to its ContextKernels and copies, and synchronizes it where the host
+    (or another stream) reads its values and at the end of the run."""
+
+    def stream(self) -> Stream | None:
+        """A new Stream for one run (called once per run when ``asynchronous``); None for synchronous
+        providers. Concurrent runs each get their own, so their work and errors stay apart."""
+        return None
 
     # ----------------------------------------------------------------- placement
     def preferences(self) -> Preferences:

@@ -135,9 +135,9 @@ def constant_node_values(graph: Graph) -> dict[str, np.ndarray]:
 class FusedSubgraph:
     """A group of nodes handed to one provider's ``compile`` hook.
 
-    ``inputs`` lists every value read from outside (constants included) in first-use order;
-    ``outputs`` the values read after it or returned by the model; ``constants`` the
-    initializer values among the inputs, which a provider may bake into its kernel.
+    ``inputs`` lists every value read from outside in first-use order (constants included, unless the
+    provider declared ``Preferences.bakes_weights``); ``outputs`` the values read after it or returned by
+    the model; ``constants`` the constant initializers it reads, which a provider may bake into its kernel.
     ``custom_ops`` is the session's custom-op registry (see GraphView).
     """
 
@@ -173,8 +173,7 @@ class FusedSubgraph:
     def _build_proto(self) -> onnx.ModelProto:
         from onnx import helper, numpy_helper
 
-        inits = [numpy_helper.from_array(np.asarray(self.constants[n]), name=n)
-                 for n in self.inputs if n in self.constants]
+        inits = [numpy_helper.from_array(np.asarray(value), name=n) for n, value in self.constants.items()]
         graph = helper.make_graph(
             [node_to_proto(n) for n in self.nodes], self.name,
             [self._value_info(n) for n in self.inputs if n not in self.constants],

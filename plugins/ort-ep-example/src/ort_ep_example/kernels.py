@@ -1,8 +1,9 @@
 """What the example provider can run, and the kernel it compiles a fused subgraph into.
 
 ``unsupported_reason`` is the single rule shared by capability and compile; ``compile_subgraph``
-turns a claimed subgraph into a stateless callable. Numpy does the arithmetic: a real vendor
-would hand the subgraph (or ``subgraph.to_model_proto()``) to its SDK here instead.
+turns a claimed subgraph into a stateless ContextKernel that enqueues its work on the run's stream.
+Numpy does the arithmetic: a real vendor would hand the subgraph (or ``subgraph.to_model_proto()``)
+to its SDK here instead, and enqueue the compiled engine on its stream.
 """
 
 from __future__ import annotations
@@ -14,9 +15,9 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from ort_core.plugins import FusedSubgraph
+from ort_core.plugins import ContextKernel, FusedSubgraph, KernelContext
 
-from .memory import ExampleTensor
+from .memory import view
 
 NEWEST_OPSET = 28
 """The newest default-domain opset these ops were checked against (onnx 1.23). A later opset
@@ -119,54 +120,62 @@ def unsupported_reason(node: Any, opset: int, type_of: Callable[[str], Any]) -> 
     return None
 
 
-def compile_subgraph(subgraph: FusedSubgraph) -> Callable[..., list[ExampleTensor]]:
-    """A kernel taking one device tensor per ``subgraph.inputs`` and returning one new device
-    tensor per ``subgraph.outputs``. Raises ValueError for a node it cannot run."""
+def compile_subgraph(subgraph: FusedSubgraph) -> ContextKernel:
+    """A kernel of contract v2 for ``subgraph``: called with a KernelContext holding one device tensor per
+    ``subgraph.inputs``, it works out the output shapes on the host, takes the output buffers from the
+    context (pre-allocated by the core where the model fixes their shape) and enqueues the arithmetic on
+    the run's stream. Raises ValueError for a node it cannot run."""
     opset = subgraph.opsets.get("", 0)
     steps = []
     for node in subgraph.nodes:
         why = unsupported_reason(node, opset, subgraph.graph.type_of)
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
-        steps.append((OPS[node.op_type], tuple(node.inputs), node.outputs[0]))
+        steps.append((OPS[node.op_type], tuple(node.inputs), node.outputs[0], node.label))
     inputs = tuple(subgraph.inputs)
-    outputs = tuple(subgraph.outputs)
-    on_device = frozenset(outputs)
+    out_index = {name: k for k, name in enumerate(subgraph.outputs)}
     # Resolved once here so a call is only a walk over ``steps``; nothing is stored between
     # calls, which is what makes the kernel safe to share between threads.
 
-    def kernel(*xs: Any) -> list[ExampleTensor]:
+    def run(ctx: KernelContext) -> None:
+        xs = ctx.inputs
         if len(xs) != len(inputs):
             raise ValueError(f"expected {len(inputs)} inputs {list(inputs)}, got {len(xs)}")
-        env = {name: _read_only(x) for name, x in zip(inputs, xs)}
-        results: dict[str, ExampleTensor] = {}
-        # inf/nan from Exp or Div are results, as on the CPU provider; not worth a warning
-        with np.errstate(all="ignore"):
-            for op, names, out_name in steps:
-                args = [env[n] for n in names]
-                if len({a.dtype for a in args}) > 1:
-                    raise TypeError(f"inputs {list(names)} have different dtypes "
-                                    f"{[str(a.dtype) for a in args]}")
-                shape = op.shape(*args)
-                if out_name in on_device:
-                    # results leaving the subgraph are written straight into device memory
-                    tensor = ExampleTensor.empty(shape, args[0].dtype)
-                    out = tensor.view(writable=True)
-                    results[out_name] = tensor
-                else:
-                    out = np.empty(shape, args[0].dtype)
-                op.compute(out, *args)
-                out.flags.writeable = False
-                env[out_name] = out
-        return [results[name] for name in outputs]
+        meta = {name: (x.shape, x.dtype) for name, x in zip(inputs, xs)}
+        plan = []  # (op, input names, output name, label, device buffer of a subgraph output or None)
+        for op, names, out_name, label in steps:
+            dtypes = {meta[n][1] for n in names}
+            if len(dtypes) > 1:
+                raise TypeError(f"{label}: inputs {list(names)} have different dtypes {sorted(map(str, dtypes))}")
+            shape = op.shape(*[_Shape(meta[n][0]) for n in names])
+            dtype = meta[names[0]][1]
+            meta[out_name] = (shape, dtype)
+            k = out_index.get(out_name)
+            plan.append((op, names, out_name, label, None if k is None else ctx.output(k, shape, dtype)))
+        tensors = dict(zip(inputs, xs))
+        ctx.stream.enqueue(lambda: _compute(plan, tensors), f"subgraph of {len(steps)} node(s)")
 
-    return kernel
+    return ContextKernel(run)
 
 
-def _read_only(x: Any) -> np.ndarray:
-    """A read-only numpy view of a device tensor (or, when called directly, a host array)."""
-    if isinstance(x, ExampleTensor):
-        return x.view()
-    view = np.asarray(x).view()
-    view.flags.writeable = False
-    return view
+def _compute(plan: list, tensors: dict) -> None:
+    """The arithmetic of one call, on the stream's worker: device memory viewed as numpy (this device is host
+    RAM), subgraph outputs written straight into their device buffers, intermediates as numpy scratch."""
+    env = {name: view(t) for name, t in tensors.items()}
+    # inf/nan from Exp or Div are results, as on the CPU provider; not worth a warning
+    with np.errstate(all="ignore"):
+        for op, names, out_name, _label, target in plan:
+            args = [env[n] for n in names]
+            out = np.empty(op.shape(*args), args[0].dtype) if target is None else view(target, writable=True)
+            op.compute(out, *args)
+            out.flags.writeable = False
+            env[out_name] = out
+
+
+class _Shape:
+    """Stands for an array in the shape functions, which read only ``shape`` and ``ndim``."""
+
+    __slots__ = ("shape", "ndim")
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape, self.ndim = tuple(shape), len(shape)

@@ -15,7 +15,7 @@ from typing import Any
 import cffi
 import numpy as np
 
-from ort_core.memory import Device
+from ort_core.memory import HOST, Device, DeviceTensor
 from ort_core.plugins import LoadOnce, missing_symbols
 
 DEVICE = Device("example", 0)
@@ -130,64 +130,37 @@ class ExampleAllocator:
 ALLOCATOR = ExampleAllocator()
 
 
-class ExampleTensor:
-    """A tensor living on the example device: ``shape``, numpy ``dtype`` and a DeviceBuffer.
-
-    The core treats it as opaque (it only reads ``shape`` and ``dtype`` when checking kernel
-    outputs); the host gets its data through ExampleDataTransfer, kernels through ``view``.
-    """
-
-    __slots__ = ("buffer", "shape", "dtype")
-    device = DEVICE
-
-    def __init__(self, buffer: DeviceBuffer, shape: tuple[int, ...], dtype: np.dtype) -> None:
-        self.buffer, self.shape, self.dtype = buffer, shape, dtype
-
-    @classmethod
-    def empty(cls, shape: tuple[int, ...], dtype: Any) -> ExampleTensor:
-        dtype = _device_dtype(dtype)
-        shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        return cls(ALLOCATOR.allocate(nbytes), shape, dtype)
-
-    @property
-    def nbytes(self) -> int:
-        return self.buffer.nbytes
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def view(self, writable: bool = False) -> np.ndarray:
-        """The device memory as a numpy array (possible only because this device is host RAM).
-
-        Read-only unless asked: kernels must never modify their inputs.
-        """
-        if self.buffer.ptr is None:
-            raise ValueError("this tensor's buffer was freed")
-        ffi = runtime().ffi
-        raw = np.frombuffer(ffi.buffer(self.buffer.ptr, self.nbytes), dtype=np.uint8)
-        arr = raw.view(self.dtype).reshape(self.shape)
-        arr.flags.writeable = writable
-        return arr
-
-    def __repr__(self) -> str:
-        return f"ExampleTensor(shape={self.shape}, dtype={self.dtype}, device={DEVICE})"
+def new_tensor(shape: tuple[int, ...], dtype: Any) -> DeviceTensor:
+    """An uninitialized tensor on the example device (ort-core's DeviceTensor, owning a DeviceBuffer)."""
+    return DeviceTensor.empty(ALLOCATOR, shape, dtype)
 
 
-def _device_dtype(dtype: Any) -> np.dtype:
-    dtype = np.dtype(dtype)
-    if dtype.kind in "OUS":
-        raise TypeError(f"{DEVICE} holds fixed-size numeric tensors only; {dtype} (string) tensors "
-                        "must stay on the host")
-    return dtype
+def view(tensor: DeviceTensor, writable: bool = False) -> np.ndarray:
+    """The device memory of ``tensor`` as a numpy array: possible only because this "device" is host RAM,
+    and done only by this provider's kernels and copies, on its stream's worker thread. The core never
+    reads a DeviceTensor as numpy (it refuses to). Read-only unless asked: kernels never modify inputs."""
+    if tensor.device != DEVICE:
+        raise TypeError(f"expected a tensor on {DEVICE}, got one on {tensor.device}")
+    if getattr(tensor.owner, "ptr", 0) is None:
+        raise ValueError("this tensor's buffer was freed")
+    ffi = runtime().ffi
+    raw = np.frombuffer(ffi.buffer(ffi.cast("char *", tensor.ptr), tensor.nbytes), dtype=np.uint8)
+    if tensor.is_contiguous:
+        arr = raw.view(tensor.dtype).reshape(tensor.shape)
+    else:
+        arr = np.lib.stride_tricks.as_strided(raw.view(tensor.dtype), tensor.shape, tensor.strides)
+    arr.flags.writeable = writable
+    return arr
 
 
 class ExampleDataTransfer:
     """Copies host <-> example device and example device <-> example device with ``memcpy``.
 
-    Bit-exact for every fixed-size dtype (bool, float16, bfloat16, float8, complex, ...): bytes
-    move untouched and the dtype travels with the tensor. Strings raise TypeError.
+    ``copy_into`` enqueues the copy on a stream of this provider (the plan's copies go this way, ordered with
+    the kernels); ``copy`` makes a new value and returns when it is complete (one-off copies: OrtValue,
+    constants crossing once at session creation). Bit-exact for every fixed-size dtype (bool, float16,
+    bfloat16, float8, complex, ...): bytes move untouched and the dtype travels with the tensor. Strings
+    raise TypeError.
     """
 
     def can_copy(self, src: Device, dst: Device) -> bool:
@@ -196,43 +169,58 @@ class ExampleDataTransfer:
         return dst == DEVICE and src.is_host
 
     def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        self._check(value, src, dst)
+        if dst.is_host:
+            out = np.empty(value.shape, value.dtype)
+        else:
+            out = new_tensor(np.shape(value) if src.is_host else value.shape, _dtype_of(value))
+        self.copy_into(value, out, None)
+        return out
+
+    def copy_into(self, src_value: Any, dst_value: Any, stream: Any) -> None:
+        """Copy ``src_value``'s bytes into ``dst_value`` (same shape and dtype): on ``stream`` when given (the
+        arrays and tensors stay referenced by the queued work until it ran), else now."""
+        src = DEVICE if isinstance(src_value, DeviceTensor) else HOST
+        dst = DEVICE if isinstance(dst_value, DeviceTensor) else HOST
+        self._check(src_value, src, dst)
+        if src.is_host:
+            src_value = np.asarray(src_value)
+            if not src_value.flags.c_contiguous:  # memcpy needs one dense block; keeps 0-d arrays 0-d
+                src_value = src_value.copy(order="C")
+        if tuple(src_value.shape) != tuple(dst_value.shape) or np.dtype(src_value.dtype) != dst_value.dtype:
+            raise ValueError(f"copy_into: source {src_value.dtype} {list(src_value.shape)} does not match the "
+                             f"destination {dst_value.dtype} {list(dst_value.shape)}")
+
+        def work(s=src_value, d=dst_value) -> None:
+            _memcpy(_address(d), _address(s), d.nbytes)
+
+        if stream is None:
+            work()
+        else:
+            stream.enqueue(work, f"copy {src} -> {dst}")
+
+    def _check(self, value: Any, src: Device, dst: Device) -> None:
         if not self.can_copy(src, dst):
             raise ValueError(f"the example data transfer cannot copy {src} -> {dst}")
         if src.is_host:
-            if isinstance(value, ExampleTensor):
-                raise TypeError(f"copy from {src} was given an ExampleTensor, which lives on {DEVICE}")
-            return _to_device(value)
-        if not isinstance(value, ExampleTensor):
-            raise TypeError(f"copy from {src} expects an ExampleTensor, got {type(value).__name__}")
-        return _to_host(value) if dst.is_host else _device_copy(value)
+            if isinstance(value, DeviceTensor):
+                raise TypeError(f"copy from {src} was given a DeviceTensor on {value.device}")
+        elif not isinstance(value, DeviceTensor) or value.device != DEVICE:
+            raise TypeError(f"copy from {src} expects a DeviceTensor on {DEVICE}, got {type(value).__name__}")
 
 
-def _memcpy(dst_address: Any, src_address: Any, nbytes: int) -> None:
+def _dtype_of(value: Any) -> np.dtype:
+    return value.dtype if isinstance(value, DeviceTensor) else np.asarray(value).dtype
+
+
+def _address(value: Any) -> int:
+    return value.ptr if isinstance(value, DeviceTensor) else value.ctypes.data
+
+
+def _memcpy(dst_address: int, src_address: int, nbytes: int) -> None:
     if nbytes:  # memcpy with size 0 is fine, but an empty array's address may be NULL-like
         rt = runtime()
         rt.lib.memcpy(rt.ffi.cast("void *", dst_address), rt.ffi.cast("void *", src_address), nbytes)
-
-
-def _to_device(value: Any) -> ExampleTensor:
-    arr = np.asarray(value)
-    tensor = ExampleTensor.empty(arr.shape, arr.dtype)
-    # memcpy needs one dense block; copy(order="C") keeps 0-d arrays 0-d (ascontiguousarray does not)
-    if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")
-    _memcpy(tensor.buffer.ptr, arr.ctypes.data, tensor.nbytes)
-    return tensor
-
-
-def _to_host(tensor: ExampleTensor) -> np.ndarray:
-    out = np.empty(tensor.shape, tensor.dtype)
-    _memcpy(out.ctypes.data, tensor.buffer.ptr, tensor.nbytes)
-    return out
-
-
-def _device_copy(tensor: ExampleTensor) -> ExampleTensor:
-    out = ExampleTensor.empty(tensor.shape, tensor.dtype)
-    _memcpy(out.buffer.ptr, tensor.buffer.ptr, tensor.nbytes)
-    return out
 
 
 TRANSFER = ExampleDataTransfer()

@@ -7,11 +7,14 @@ and ``kernels`` (what it runs, how). An EXAMPLE to copy, not an accelerator: it 
 
 from __future__ import annotations
 
+import threading
+
 from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
 
 from . import __version__
 from .kernels import compile_subgraph, unsupported_reason
 from .memory import ALLOCATOR, DEVICE, TRANSFER, unavailable_reason
+from .stream import RunStream, Worker
 
 NAME = "ExampleExecutionProvider"
 OPTIONS = {"device_id": "0"}
@@ -39,8 +42,11 @@ def ort_create_provider(provider, options, session):
 
 
 class ExampleProvider(ExecutionProvider):
-    """One session's use of the example device. It holds nothing but its options: the library is
-    process-wide (``memory.runtime``) and kernels keep no state between calls."""
+    """One session's use of the example device: its options and its stream worker (a thread, started on
+    the first run, stopped by ``close``). The library is process-wide (``memory.runtime``); kernels keep
+    no state between calls."""
+
+    asynchronous = True  # kernels and copies enqueue work on the run's stream
 
     def __init__(self, info: ProviderInfo, options=None, session=None) -> None:
         device_id = (options or {}).get("device_id", OPTIONS["device_id"])
@@ -48,6 +54,27 @@ class ExampleProvider(ExecutionProvider):
         if str(device_id).strip() != str(DEVICE.id):
             raise ValueError(f"device_id={device_id!r}: {NAME} has a single device, id {DEVICE.id}")
         super().__init__(info, options, session, (DEVICE,))
+        self._worker: Worker | None = None
+        self._lock = threading.Lock()
+
+    def stream(self) -> RunStream:
+        """A stream for one run on this instance's worker (one per run, so runs keep their errors apart)."""
+        worker = self._worker
+        if worker is None:
+            with self._lock:
+                if self.closed:
+                    raise RuntimeError(f"{NAME}: the provider was closed with its session")
+                if self._worker is None:
+                    self._worker = Worker(f"{NAME} stream")
+                worker = self._worker
+        return RunStream(worker)
+
+    def close(self) -> None:
+        with self._lock:
+            worker, self._worker = self._worker, None
+            super().close()
+        if worker is not None:
+            worker.stop()
 
     def get_capability(self, graph):
         opset = graph.opset("")

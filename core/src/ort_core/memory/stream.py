@@ -1,0 +1,45 @@
+"""Streams and events: the ordering primitives of asynchronous providers.
+
+Structural protocols only. A provider whose work is asynchronous hands the core one Stream per run
+(``ExecutionProvider.stream()``): its kernels and copies enqueue work on it in order, and the core
+synchronizes at run()'s borders, where a host consumer reads one of its values, and (through events)
+where a consumer on another stream does. A provider without a stream (None) computes synchronously.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from .device import Device
+
+
+@runtime_checkable
+class Event(Protocol):
+    """A point in a stream's work: ``synchronize()`` blocks the host until the work before it is done."""
+
+    def synchronize(self) -> None: ...
+
+
+@runtime_checkable
+class Stream(Protocol):
+    """An in-order queue of work on ``device``.
+
+    ``record()`` returns an Event marking the work enqueued so far; ``wait(event)`` makes later work on this
+    stream wait for an event of another stream; ``synchronize()`` blocks until all enqueued work is done
+    and raises the first error that work raised (as a device reports a failed kernel at the next sync).
+    """
+
+    device: Device
+
+    def record(self) -> Event: ...
+
+    def wait(self, event: Event) -> None: ...
+
+    def synchronize(self) -> None: ...
+
+
+def synchronize_all(streams: Any) -> None:
+    """Synchronize every stream of an iterable (Nones skipped)."""
+    for s in streams:
+        if s is not None:
+            s.synchronize()

@@ -1,0 +1,273 @@
+"""From placed, compiled subgraphs to an ExecutionPlan: value slots per device, the copies between
+devices, and for asynchronous providers their per-run streams, the waits between streams and the
+synchronization at run()'s end.
+
+Decides nothing about placement (the partitioner's job) and runs nothing (plan.py walks the steps).
+Every copy goes through a provider's data transfer: on the consumer's stream when the transfer can
+copy asynchronously (``copy_into``), followed by a synchronization when a host kernel reads the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidGraph, KernelError
+from .ir.types import np_dtype
+from .memory.device import HOST, Device
+from .memory.stream import synchronize_all
+from .plan import ExecutionPlan, PlanBuilder, checked_kernel
+from .plugins.kernel import ContextKernel, KernelContext, allocate
+
+
+@dataclass
+class Placed:
+    """One compiled subgraph ready to be planned: its provider instance, subgraph, kernel and label."""
+
+    provider: Any  # a SessionProvider
+    subgraph: Any  # a FusedSubgraph
+    kernel: Any
+    label: str  # "node 'x' (Relu) on CPUExecutionProvider"
+
+
+def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check_outputs: bool,
+               source: str) -> tuple[ExecutionPlan, dict[str, int]]:
+    """The plan and the slot holding each graph output on the host."""
+    b = PlanBuilder()
+    inits = graph.initializers
+    b.constants = set(graph.constant_initializers())
+    for name, value in inits.items():
+        b.define(name, HOST, value)
+    for v in graph.inputs:
+        b.define(v.name, HOST, inits.get(v.name))
+    streams = _Streams(b, instances, {p.provider.name for p in placed})
+    transfer = _transfers_between_devices(instances, [p.provider.name for p in placed])
+    for p in placed:
+        ep, sub = p.provider, p.subgraph
+        device, own = ep.device, streams.slot(ep.name)
+        ins = [streams.read(n, device, own, transfer, p.label) for n in sub.inputs]
+        outs = [b.define(n, device) for n in sub.outputs]
+        kernel = p.kernel
+        if isinstance(kernel, ContextKernel):
+            kernel = _context_step(kernel, ep, _static_outputs(graph, sub.outputs), p.label)
+            if own is not None:
+                ins.append(own)
+        if check_outputs:
+            kernel = checked_kernel(kernel, sub.outputs, graph, p.label)
+        b.add(kernel, ins, outs, p.label)
+        for s in outs:
+            streams.written_on[s] = own
+    output_slots = {}
+    for v in graph.outputs:
+        if v.name not in b.location:
+            raise InvalidGraph(f"{source}: graph output '{v.name}' is produced by no node, input or initializer")
+        slot = streams.read(v.name, HOST, None, transfer, f"graph output '{v.name}'")
+        output_slots[v.name] = slot
+        b.keep.add(slot)
+    streams.finish()
+    return b.finish(), output_slots
+
+
+class _Streams:
+    """The stream slots of a plan's asynchronous providers, which slot each value was written on, and the
+    copy and wait steps that keep the order between streams and the host."""
+
+    def __init__(self, b: PlanBuilder, instances: dict[str, Any], used: set[str]) -> None:
+        self.b, self.instances = b, instances
+        self.slots: dict[str, int] = {}
+        self.written_on: dict[int, int | None] = {}  # value slot -> stream slot of the work writing it
+        for name in sorted(used):
+            ep = instances[name]
+            if ep.asynchronous:
+                slot = self.slots[name] = b.plan.slot(f"\0stream of {name}", HOST)
+                b.add(lambda _new=ep.ep.stream: (_new(),), (), (slot,), f"stream of {name}")
+
+    def slot(self, provider: str) -> int | None:
+        return self.slots.get(provider)
+
+    def read(self, name: str, device: Device, consumer: int | None, transfer, label: str) -> int:
+        """The slot holding ``name`` on ``device`` for a reader on stream slot ``consumer`` (None: the host
+        or a synchronous provider), with a copy and a wait inserted where needed."""
+        b = self.b
+        if name not in b.location:
+            raise InvalidGraph(f"{label}: reads '{name}', which no node, graph input or initializer defines")
+        src = b.location[name]
+        src_slot = b.plan.slots[(name, src)]
+        if src == device:
+            self._wait(self.written_on.get(src_slot), consumer, label)
+            return src_slot
+        key = (name, device)
+        if key in b.copies:
+            self._wait(self.written_on.get(b.copies[key]), consumer, label)
+            return b.copies[key]
+        t = transfer(src, device)
+        if t is None:
+            raise InvalidGraph(f"{label}: no data transfer to move '{name}' from {src} to {device}")
+        producer = self.written_on.get(src_slot)
+        if name in b.constants or not hasattr(t, "copy_into") or (producer is None and consumer is None):
+            self._wait(producer, None, label)  # a synchronous copy reads what the producing stream wrote
+            return b.read(name, device, t, label)  # at build for constants, else one synchronous copy step
+        dst_slot = b.plan.slot(name, device)
+        b.copies[key] = dst_slot
+        text = f"copy of '{name}' {src} -> {device}"
+        if device.is_host:  # on the producer's stream, then the host waits for it
+            b.add(_copy_to_host(t), (src_slot, producer), (dst_slot,), text, copy=True)
+            self.written_on[dst_slot] = None
+            return dst_slot
+        allocator = self._allocator(device)
+        if producer is not None and producer != consumer:  # another stream wrote it: wait, then copy
+            after = (src_slot, producer) if consumer is None else (src_slot, producer, consumer)
+            b.add(_copy_after(t, allocator), after, (dst_slot,), text, copy=True)
+        else:
+            b.add(_copy_on(t, allocator), (src_slot, consumer), (dst_slot,), text, copy=True)
+        self.written_on[dst_slot] = consumer
+        return dst_slot
+
+    def _wait(self, producer: int | None, consumer: int | None, label: str) -> None:
+        """Order a reader after the stream that wrote its input, when they differ."""
+        if producer is None or producer == consumer:
+            return
+        if consumer is None:
+            self.b.add(_host_waits, (producer,), (), f"wait for {label}'s input")
+        else:
+            self.b.add(_stream_waits, (producer, consumer), (), f"event before {label}")
+
+    def _allocator(self, device: Device):
+        for ep in self.instances.values():
+            if device in ep.devices:
+                return ep.allocator(device)
+        raise InvalidGraph(f"no provider of this session allocates on {device}")
+
+    def finish(self) -> None:
+        """run() synchronizes every stream at its end: device values it hands out are complete."""
+        if self.slots:
+            slots = tuple(self.slots.values())
+            self.b.add(lambda *ss: (synchronize_all(ss), ())[1], slots, (), "synchronize streams")
+
+
+def _host_waits(producer) -> tuple:
+    producer.synchronize()
+    return ()
+
+
+def _stream_waits(producer, consumer) -> tuple:
+    consumer.wait(producer.record())
+    return ()
+
+
+def _copy_to_host(t) -> Callable:
+    def copy(value, stream):
+        out = np.empty(tuple(value.shape), value.dtype)
+        t.copy_into(value, out, stream)
+        if stream is not None:
+            stream.synchronize()
+        return (out,)
+
+    return copy
+
+
+def _copy_on(t, allocator) -> Callable:
+    def copy(value, stream):
+        out = allocate(allocator, tuple(value.shape), value.dtype)
+        t.copy_into(value, out, stream)
+        return (out,)
+
+    return copy
+
+
+def _copy_after(t, allocator) -> Callable:
+    def copy(value, producer, consumer=None):
+        if consumer is None:  # a synchronous reader: the copy completes before it runs
+            producer.synchronize()
+        else:
+            consumer.wait(producer.record())
+        out = allocate(allocator, tuple(value.shape), value.dtype)
+        t.copy_into(value, out, consumer)
+        return (out,)
+
+    return copy
+
+
+def _static_outputs(graph, names: Sequence[str]) -> list[tuple[tuple[int, ...], Any] | None]:
+    """(shape, dtype) of each output whose static type is a tensor of fixed shape, else None."""
+    out = []
+    for name in names:
+        t = graph.type_of(name)
+        if t is None or t.kind != "tensor" or not t.elem_type or t.shape is None \
+                or not all(isinstance(d, int) and d >= 0 for d in t.shape):
+            out.append(None)
+            continue
+        try:
+            out.append((tuple(t.shape), np_dtype(t.elem_type)))
+        except (KeyError, TypeError, ValueError):
+            out.append(None)
+    return out
+
+
+def _context_step(kernel: ContextKernel, ep, static: list, label: str) -> Callable:
+    """A plan step calling a ContextKernel: outputs of known static shape allocated before the call from the
+    provider's allocator, the rest through the context; the stream is the step's last input when the
+    provider has one."""
+    run, allocator = kernel.run, ep.allocator(ep.device)
+    has_stream = ep.asynchronous
+
+    def step(*xs):
+        stream = xs[-1] if has_stream else None
+        inputs = xs[:-1] if has_stream else xs
+        outputs = [None if s is None else allocate(allocator, *s) for s in static]
+        ctx = KernelContext(inputs, outputs, stream, allocator)
+        run(ctx)
+        if any(o is None for o in ctx.outputs):
+            missing = [k for k, o in enumerate(ctx.outputs) if o is None]
+            raise KernelError(f"{label}: the kernel left output(s) {missing} unallocated")
+        return ctx.outputs
+
+    return step
+
+
+def _transfers_between_devices(instances: dict[str, Any], providers: Sequence[str]):
+    """transfer(src, dst) -> the DataTransfer that copies between two devices, or None.
+
+    Asks the transfer of the provider owning ``dst``, then the one owning ``src``: a value a
+    device provider produced and the CPU provider reads can only be copied by the producer's.
+    """
+    owners = {}
+    for provider in providers:
+        device = instances[provider].device
+        if not device.is_host and device not in owners:
+            owners[device] = instances[provider].data_transfer()
+
+    def direct(src, dst):
+        for device in (dst, src):
+            t = owners.get(device)
+            if t is not None and t.can_copy(src, dst):
+                return t
+        return None
+
+    def transfer(src, dst):
+        if src is None or src == dst:
+            return None
+        t = direct(src, dst)
+        if t is None and not src.is_host and not dst.is_host:
+            down, up = direct(src, HOST), direct(HOST, dst)
+            if down is not None and up is not None:
+                return StagedTransfer(down, up)
+        return t
+
+    return transfer
+
+
+class StagedTransfer:
+    """Copies between two devices no single transfer connects, through host memory."""
+
+    def __init__(self, down, up) -> None:
+        self.down, self.up = down, up
+
+    def can_copy(self, src, dst) -> bool:
+        return self.down.can_copy(src, HOST) and self.up.can_copy(HOST, dst)
+
+    def copy(self, value, src, dst):
+        return self.up.copy(self.down.copy(value, src, HOST), HOST, dst)
