@@ -153,3 +153,41 @@ def test_a_slow_asynchronous_device_is_waited_for_wherever_its_values_are_read(p
         x = np.random.default_rng(seed).standard_normal((3, 4)).astype(np.float32)
         (expected,) = ort.InferenceSession(model).run(None, {"x": x})
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-6)
+
+
+def loop_model():
+    """A Loop whose body adds w to the carried y three times: the Add can run on the example device."""
+    vi = helper.make_tensor_value_info
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"], name="keep_going"),
+         helper.make_node("Add", ["y_in", "w"], ["y_out"], name="body_add")],
+        "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []), vi("y_in", TensorProto.FLOAT, [4])],
+        [vi("c_out", TensorProto.BOOL, []), vi("y_out", TensorProto.FLOAT, [4])])
+    node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body, name="loop")
+    return make_model([node], [vi("M", TensorProto.INT64, []), vi("y0", TensorProto.FLOAT, [4]),
+                               vi("w", TensorProto.FLOAT, [4])], [vi("y", TensorProto.FLOAT, [4])])
+
+
+def test_loop_body_nodes_are_placed_on_a_device_provider(plugins, monkeypatch):
+    import time
+
+    example_copies, _ = plugins
+    (kernels,) = import_test_plugins("ort_ep_example.kernels")
+    compute = kernels._compute
+
+    def slow(plan, tensors):  # the body's device work lags: every iteration must still wait for it
+        time.sleep(0.005)
+        compute(plan, tensors)
+
+    monkeypatch.setattr(kernels, "_compute", slow)
+    with pytest.warns(ort.OrtWarning, match="provider assignment"):  # the Loop itself stays on the CPU
+        sess = ort.InferenceSession(loop_model(), providers=[EXAMPLE])
+    assert sess._bodies.placements == [("node 'loop' (Loop) subgraph 'body'",
+                                        [(CPU, ("keep_going",)), (EXAMPLE, ("body_add",))])]
+    assert "    ExampleExecutionProvider: body_add" in sess.explain().split("graph bodies")[1]
+    y0, w = np.arange(4, dtype=np.float32), np.full(4, 0.5, np.float32)
+    example_copies.clear()
+    (y,) = sess.run(None, {"M": np.array(3, np.int64), "y0": y0, "w": w})
+    np.testing.assert_array_equal(y, y0 + 3 * w)
+    # per iteration: y_in and w go up to the device, y_out comes down
+    assert example_copies.count(("cpu:0", "example:0")) == 6 and example_copies.count(("example:0", "cpu:0")) == 3

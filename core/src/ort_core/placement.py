@@ -40,6 +40,12 @@ def explain(session) -> str:
             lines.append(f"  {p}:")
             for nid, why in sorted(reasons.items()):
                 lines.append(f"    {_name(by_id[nid])}: {why}")
+    bodies = session._bodies.placements
+    if bodies:
+        lines += ["", "graph bodies (If/Loop/Scan/SequenceMap/FlexAttention), placed like the main graph:"]
+        for label, groups in bodies:
+            lines.append(f"  {label}:")
+            lines += [f"    {provider}: {', '.join(names)}" for provider, names in groups]
     copies = [s.label for s in session._plan.steps if s.copy]
     lines += ["", f"copies between devices per run: {len(copies)}"]
     lines += [f"  {c[len('copy of '):]}" for c in copies]

@@ -96,6 +96,11 @@ class ExecutionPlan:
             steps = route.steps
         for s, v in feeds.items():
             frame[s] = v
+        return self.walk(frame, steps, want, run_options, max_bytes)
+
+    @staticmethod
+    def walk(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options, max_bytes: int) -> list[Any]:
+        """Run ``steps`` over a filled ``frame`` (the one loop every run and graph body goes through)."""
         for step in steps:
             if run_options is not None and run_options.terminate:
                 raise RunTerminated("run() was terminated through RunOptions.terminate")

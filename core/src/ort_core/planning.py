@@ -34,8 +34,9 @@ class Placed:
 
 
 def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check_outputs: bool,
-               source: str) -> tuple[ExecutionPlan, dict[str, int]]:
-    """The plan and the slot holding each graph output on the host."""
+               source: str, outer: Sequence[str] = ()) -> tuple[ExecutionPlan, dict[str, int]]:
+    """The plan and the slot holding each graph output on the host. ``outer``: for a graph body, the
+    outer-scope values it reads, fed on the host like its inputs."""
     b = PlanBuilder()
     inits = graph.initializers
     b.constants = set(graph.constant_initializers())
@@ -43,6 +44,8 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         b.define(name, HOST, value)
     for v in graph.inputs:
         b.define(v.name, HOST, inits.get(v.name))
+    for name in outer:
+        b.define(name, HOST)
     streams = _Streams(b, instances, {p.provider.name for p in placed})
     transfer = _transfers_between_devices(instances, [p.provider.name for p in placed])
     for p in placed:

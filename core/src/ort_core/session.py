@@ -41,11 +41,11 @@ from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, direct_copier
-from .partition import partition
+from .pipeline import BodyPlanner, Placement, place, placed_kernels
 from .placement import explain
-from .planning import Placed, build_plan
+from .planning import build_plan
 from .plugins.manager import CPU, SessionProvider, get_registry
-from .plugins.provider import SessionContext, UnsupportedSubgraph
+from .plugins.provider import SessionContext
 from .plugins.types import FusedSubgraph
 from .profiling import Profiler
 
@@ -134,87 +134,30 @@ class InferenceSession:
                 continue
             self._providers.append(name)
 
-    def _drop_provider(self, name: str, why: PluginError) -> None:
-        """A provider whose plugin failed is left out of this session (an error in strict mode)."""
-        if self._strict or name == CPU:
-            raise why
-        warnings.warn(f"{why}; falling back without '{name}'", OrtWarning, stacklevel=4)
-        self._providers.remove(name)
-        self._instances.pop(name).close()
-
-    def _place(self, baking: set[str]) -> tuple[Any, dict[int, Any]]:
-        """Partition and compile until every subgraph has a kernel -> (partition, id(subgraph) -> kernel).
-
-        A subgraph a provider hands back (UnsupportedSubgraph) goes to the next provider for just
-        those nodes; a provider whose plugin fails is dropped. Kernels compiled before such a
-        retry are kept (keyed by provider and node ids), so nothing is compiled twice. ``baking``: the
-        providers that take constants at compile time only (Preferences.bakes_weights).
-        """
-        model = self._model
-        excluded: dict[str, set[int]] = {}
-        handed_back: dict[str, list[str]] = {}
-        compiled: dict[tuple[str, tuple[int, ...]], Any] = {}
-        level = int(self._sess_options.graph_optimization_level)
-        while True:
-            part = self._partition_once(excluded, baking)
-            if level >= EXTENDED:
-                fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
-                self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
-                if fused:  # fused nodes exist only for the CPU provider: place the changed graph again
-                    part = self._partition_once(excluded, baking)
-            part.handed_back = handed_back
-            if self._compile_all(part, compiled, excluded, handed_back):
-                kernels = {id(sub): compiled[(p, tuple(n.id for n in sub.nodes))] for p, sub in part.subgraphs}
-                return part, kernels
-
-    def _partition_once(self, excluded: dict[str, set[int]], baking: set[str]):
-        part = partition(self._model.graph, self._model.opset_imports,
-                         [self._instances[p] for p in self._providers], self._custom_ops,
-                         strict=self._strict, excluded=excluded, baking=baking)
-        for name in part.failed:
-            self._providers.remove(name)
-            self._instances.pop(name).close()
-        return part
-
-    def _compile_all(self, part, compiled: dict, excluded: dict[str, set[int]],
-                     handed_back: dict[str, list[str]]) -> bool:
-        """Compile every provider's subgraphs not compiled yet; False when placement must run again."""
-        by_provider: dict[str, list] = {}
-        for provider, sub in part.subgraphs:
-            if (provider, tuple(n.id for n in sub.nodes)) not in compiled:
-                by_provider.setdefault(provider, []).append(sub)
-        complete = True
-        for provider, subs in by_provider.items():
-            try:
-                kernels = self._instances[provider].compile(subs)
-            except PluginError as e:
-                if provider == CPU:
-                    raise _cpu_compile_error(e) from e
-                self._drop_provider(provider, e)
-                return False
-            for sub, kernel in zip(subs, kernels):
-                ids = tuple(n.id for n in sub.nodes)
-                if isinstance(kernel, UnsupportedSubgraph):
-                    if self._strict or provider == CPU:
-                        raise NotImplementedOp(f"{_describe(sub)}: {provider} cannot compile it: {kernel}")
-                    excluded.setdefault(provider, set()).update(ids)
-                    handed_back.setdefault(provider, []).append(f"{_describe(sub)}: {kernel}")
-                    complete = False
-                    continue
-                compiled[(provider, ids)] = kernel
-        return complete
-
     def _build(self) -> None:
         """The pipeline from the loaded model: optimize for this session's providers (their preferences
-        asked first), place and compile, then plan. set_providers runs it again from the start."""
+        asked first), place and compile (graph bodies too, through the body planner), then plan.
+        set_providers runs it again from the start."""
         self._model = model = self._loaded.copy()
         graph = model.graph
         prefs = {p: self._instances[p].preferences() for p in self._providers}
         keep_qdq = any(pref.keep_qdq for pref in prefs.values())
-        self._optimizer_stats = _optimize(model, int(self._sess_options.graph_optimization_level),
-                                          _cpu_evaluator(self._instances[CPU], model), keep_qdq=keep_qdq)
+        level = int(self._sess_options.graph_optimization_level)
+        self._optimizer_stats = _optimize(model, level, _cpu_evaluator(self._instances[CPU], model), keep_qdq=keep_qdq)
         infer_static_types(graph, model.opset_imports, self._custom_ops)
-        part, kernels = self._place({p for p, pref in prefs.items() if pref.bakes_weights})
+        check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
+        where = Placement(self._providers, self._instances, model.opset_imports, self._custom_ops, self._strict,
+                          {p for p, pref in prefs.items() if pref.bakes_weights}, check_outputs, model.source)
+        where.bodies = self._bodies = BodyPlanner(where)
+
+        def fuse_for_cpu(part) -> int:
+            if level < EXTENDED:
+                return 0
+            fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
+            self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
+            return fused  # fused nodes exist only for the CPU provider: the graph is placed again
+
+        part, kernels = place(graph, where, fuse_for_cpu)
         self._partition = part
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)
@@ -222,10 +165,8 @@ class InferenceSession:
             warnings.warn("provider assignment:\n" + "\n".join("  " + line for line in part.summary(
                 graph, self._providers)), OrtWarning, stacklevel=3)
 
-        check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
-        placed = [Placed(self._instances[p], sub, kernels[id(sub)], f"{_describe(sub)} on {p}")
-                  for p, sub in part.subgraphs]
-        self._plan, self._output_slots = build_plan(graph, placed, self._instances, check_outputs, model.source)
+        self._plan, self._output_slots = build_plan(graph, placed_kernels(part, kernels, self._instances),
+                                                    self._instances, check_outputs, model.source)
         self._plan.context = self._limits
         if self._profiler is not None:
             self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
@@ -406,17 +347,6 @@ def _close_instances(instances: dict) -> None:
     instances.clear()
 
 
-def _cpu_compile_error(e: PluginError) -> OrtError:
-    """The CPU provider's own error for a node it could not build, rather than a plugin failure."""
-    cause = e.__cause__
-    if not isinstance(cause, OrtError):
-        return e
-    sub = getattr(cause, "ort_subgraph", None)
-    if sub is None or _describe(sub) in str(cause):
-        return type(cause)(str(cause))
-    return type(cause)(f"{_describe(sub)}: {cause}")
-
-
 def _cpu_evaluator(cpu, model: Model):
     """evaluate(node, inputs) -> outputs through the CPU provider instance's compile (for folding)."""
 
@@ -435,12 +365,6 @@ def _cpu_evaluator(cpu, model: Model):
         return [by_name.get(o) for o in node.outputs]
 
     return evaluate
-
-
-def _describe(sub) -> str:
-    if len(sub.nodes) == 1:
-        return sub.nodes[0].label
-    return f"subgraph '{sub.name}' ({len(sub.nodes)} nodes)"
 
 
 def _refuse_cpu_fallback(graph, part) -> None:

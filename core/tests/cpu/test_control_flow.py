@@ -1,4 +1,4 @@
-"""Control flow (If, Loop, Scan) and the subgraph executor, checked through whole sessions.
+"""Control flow (If, Loop, Scan) and their planned bodies, checked through whole sessions.
 
 Expected values come from numpy formulas; sessions run with kernel-output checking on, so the
 dtypes and shapes the graphs declare are enforced too.
@@ -196,8 +196,32 @@ def test_body_node_without_kernel_is_a_clear_error():
     graph = helper.make_graph([node], "g", [vi("M", T.INT64, []), vi("x", shape=[2])], [vi("rs")])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("my.ops", 1)])
     model.ir_version = 8
-    with pytest.raises(KernelError, match=r"my.ops::Frobnicate.*custom ops inside subgraphs are not supported"):
+    with pytest.raises(ort.NotImplementedOp, match=r"(?s)node #\d+ \(Loop\) subgraph 'body': no requested provider "
+                                                   r"can run 1 node.*my.ops::Frobnicate.*is not registered"):
         ort.InferenceSession(model.SerializeToString())
+
+
+def test_a_registered_custom_op_runs_inside_a_loop_body():
+    """Bodies are placed like the main graph, so the session's custom ops run in them too."""
+
+    @ort.custom_op("my.ops", "Twice", inputs=["float"], outputs=["float"])
+    def twice(x):
+        return x * 2
+
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"]),
+         helper.make_node("Twice", ["y_in"], ["y_out"], domain="my.ops")],
+        "body", [vi("i", T.INT64, []), vi("c", T.BOOL, []), vi("y_in", shape=[2])],
+        [vi("c_out", T.BOOL, []), vi("y_out", shape=[2])])
+    node = helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body)
+    graph = helper.make_graph([node], "g", [vi("M", T.INT64, []), vi("y0", shape=[2])], [vi("y", shape=[2])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 16), helper.make_opsetid("my.ops", 1)])
+    model.ir_version = 8
+    so = ort.SessionOptions()
+    so.register_custom_op(twice)
+    sess = ort.InferenceSession(model.SerializeToString(), so)
+    (y,) = sess.run(None, {"M": np.array(3, np.int64), "y0": f32(1, -2)})
+    np.testing.assert_array_equal(y, f32(8, -16))
 
 
 def test_loop_runs_concurrently():

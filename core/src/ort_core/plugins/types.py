@@ -138,7 +138,10 @@ class FusedSubgraph:
     ``inputs`` lists every value read from outside in first-use order (constants included, unless the
     provider declared ``Preferences.bakes_weights``); ``outputs`` the values read after it or returned by
     the model; ``constants`` the constant initializers it reads, which a provider may bake into its kernel.
-    ``custom_ops`` is the session's custom-op registry (see GraphView).
+    ``custom_ops`` is the session's custom-op registry (see GraphView). ``bodies``: the session's body
+    planner, ``bodies(graph, owner_node, outer_names)`` -> a planned body (``bind(outer_values)``, then
+    ``run(base, inputs)``), for kernels of nodes with graph attributes; the body is placed over the
+    session's providers and run by the core's executor.
     """
 
     name: str
@@ -151,6 +154,7 @@ class FusedSubgraph:
     _proto: onnx.ModelProto | None = field(default=None, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     custom_ops: CustomOpRegistry | None = field(default=None, repr=False)
+    bodies: Any = field(default=None, repr=False)
 
     def custom_op(self, node: Node) -> CustomOp | None:
         """The registered custom op for ``node``, else None (see GraphView.custom_op)."""

@@ -68,7 +68,8 @@ class CPUProvider(ExecutionProvider):
         kd = lookup(node.domain, node.op_type, opset)
         if kd is None:
             raise KernelError(f"{node.label}: no CPU kernel at opset {opset}")
-        return _adapt(kd.build(node, opset, subgraph.graph), node, subgraph.inputs, subgraph.outputs)
+        kernel = kd.build(node, opset, subgraph.graph, subgraph.bodies)
+        return _adapt(kernel, node, subgraph.inputs, subgraph.outputs)
 
     def allocator(self, device):
         return self._allocator

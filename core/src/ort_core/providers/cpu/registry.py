@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import KernelError
+from ...errors import KernelError, OrtError
 from ...ir.graph import Node, onnx_domain, outer_scope_reads
 
 Kernel = Callable[..., tuple]
@@ -23,7 +23,7 @@ receives after its own inputs the outer-scope values its subgraphs read, in the 
 
 Hostile inputs: a kernel whose output size comes from data (a shape input, repeats, pads, scales,
 a depth, a length) calls ``ort_core.limits.check_tensor_size(node.label, shape, dtype)`` before it
-allocates; a kernel looping over many iterations (Loop, Scan: ``subgraph.Body.run`` does it) calls
+allocates; a kernel looping over many iterations (Loop, Scan: a planned body's ``run`` does it) calls
 ``ort_core.limits.check_terminated(label)`` between them. Both read the run's context (the session's
 ``session.max_tensor_bytes`` and the run's RunOptions) from a contextvar that the execution plan sets
 for the duration of each run, and the session while it builds (factories and constant folding obey
@@ -33,7 +33,9 @@ past the limit, after the fact, so unchecked kernels cannot grow tensors step af
 Factory = Callable[[Node, int], Kernel]
 """factory(node, opset) -> Kernel; may raise errors.KernelError for unsupported attributes.
 A factory that also declares a ``graph`` parameter receives the IR graph holding the node
-(Gradient needs the forward graph; DictVectorizer reads declared map types)."""
+(Gradient needs the forward graph; DictVectorizer reads declared map types); one that declares
+``bodies`` receives the session's body planner (``bodies(graph, node, outer_names)``, see
+``FusedSubgraph.bodies``), through which If/Loop/Scan/SequenceMap/FlexAttention run their bodies."""
 
 
 @dataclass(frozen=True)
@@ -44,18 +46,29 @@ class KernelDef:
     until: int | None  # inclusive; None = open-ended
     factory: Factory
     wants_graph: bool = False  # the factory takes graph=...
+    wants_bodies: bool = False  # the factory takes bodies=... (the session's body planner)
 
-    def build(self, node: Node, opset: int, graph=None) -> Kernel:
-        """The factory's kernel for ``node``, handing it the graph when it asks for one. A factory that
-        fails on attribute values it did not foresee raises KernelError naming the node (the model's
-        fault), for nodes of the main graph and of If/Loop/Scan bodies alike."""
+    def build(self, node: Node, opset: int, graph=None, bodies=None) -> Kernel:
+        """The factory's kernel for ``node``, handing it the graph and the body planner when it asks for
+        them. A factory that fails on attribute values it did not foresee raises KernelError naming the
+        node (the model's fault), for nodes of the main graph and of If/Loop/Scan bodies alike."""
+        kwargs = {}
+        if self.wants_graph:
+            kwargs["graph"] = graph
+        if self.wants_bodies:
+            kwargs["bodies"] = bodies or no_bodies
         try:
-            return self.factory(node, opset, graph=graph) if self.wants_graph else self.factory(node, opset)
-        except KernelError:
+            return self.factory(node, opset, **kwargs)
+        except OrtError:  # KernelError, or a body's own placement error (NotImplementedOp, ...)
             raise
         except Exception as e:  # noqa: BLE001
             raise KernelError(f"{node.label}: invalid attributes for {node.op_type}-{opset}: "
                               f"{type(e).__name__}: {e}") from e
+
+
+def no_bodies(graph, owner: Node, outer_names) -> Any:
+    """The body planner outside a session: a node whose kernel needs a graph body cannot be built."""
+    raise KernelError(f"{owner.label}: its graph bodies are planned by a session; build it through one")
 
 
 _REGISTRY: dict[tuple[str, str], list[KernelDef]] = {}
@@ -76,8 +89,9 @@ def register(op_type: str | tuple[str, ...], since: int = 1, until: int | None =
     def deco(factory: Factory) -> Factory:
         for name in names:
             key = (_norm_domain(domain), name)
-            wants_graph = "graph" in inspect.signature(factory).parameters
-            _REGISTRY.setdefault(key, []).append(KernelDef(key[0], name, since, until, factory, wants_graph))
+            params = inspect.signature(factory).parameters
+            _REGISTRY.setdefault(key, []).append(KernelDef(key[0], name, since, until, factory, "graph" in params,
+                                                           "bodies" in params))
         return factory
 
     return deco

@@ -9,13 +9,11 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import onnx.defs
 
 from ....errors import KernelError
 from ....ir.graph import Graph, Node
 from ....ir.types import np_dtype
 from ..registry import outer_scope_names, register
-from ..subgraph import Body
 
 _F32 = np.dtype(np.float32)
 _F64 = np.dtype(np.float64)
@@ -242,12 +240,9 @@ def attention_25_factory(node: Node, opset: int):
 # FlexAttention (ai.onnx.preview)
 # ---------------------------------------------------------------------------------------------
 
-# The kernel contract hands a factory only its own domain's opset (here ai.onnx.preview's), so
-# default-domain nodes inside score_mod / prob_mod run at the newest opset this onnx knows.
-_DEFAULT_OPSET = onnx.defs.onnx_opset_version()
 
 
-def _modifier(node: Node, name: str, outer_names: list[str]):
+def _modifier(node: Node, name: str, outer_names: list[str], bodies):
     """run(x, outer_values) -> the modifier subgraph's one output, or None without one."""
     graph = node.attr(name)
     if not isinstance(graph, Graph):
@@ -255,7 +250,7 @@ def _modifier(node: Node, name: str, outer_names: list[str]):
     if len(graph.inputs) != 1 or len(graph.outputs) != 1:
         raise KernelError(f"{node.label}: {name} must have exactly one input and one output, got "
                           f"{len(graph.inputs)} and {len(graph.outputs)}")
-    body = Body(graph, node, _DEFAULT_OPSET, outer_names)
+    body = bodies(graph, node, outer_names)
     return lambda x, outer_values: body.run(body.bind(outer_values), [x])[0]
 
 
@@ -268,7 +263,7 @@ def _modified(run, x, outer_values, label, what):
 
 
 @register("FlexAttention", since=1, until=None, domain="ai.onnx.preview")
-def flex_attention_factory(node: Node, opset: int):
+def flex_attention_factory(node: Node, opset: int, bodies):
     """Scores and probabilities are in softmax_precision (default float32, double for double
     inputs) while score_mod / prob_mod see them; a row that score_mod masks entirely (all -inf)
     yields zeros, as PyTorch's flex_attention does, rather than NaN."""
@@ -280,8 +275,8 @@ def flex_attention_factory(node: Node, opset: int):
                           f"got {precision}")
     sm_dtype = None if precision is None else np_dtype(int(precision))
     outer_names = outer_scope_names(node)
-    score_mod = _modifier(node, "score_mod", outer_names)
-    prob_mod = _modifier(node, "prob_mod", outer_names)
+    score_mod = _modifier(node, "score_mod", outer_names, bodies)
+    prob_mod = _modifier(node, "prob_mod", outer_names, bodies)
 
     def kernel(q, k, v, *outer_values):
         if not q.ndim == k.ndim == v.ndim == 4:

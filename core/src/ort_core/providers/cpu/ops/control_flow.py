@@ -1,11 +1,13 @@
-"""CPU kernels for control flow: If, Loop and Scan (opset 8's batched form, 9+'s axes form); bodies
-run through ``subgraph.Body``, with a Python loop over iterations only (each runs a whole subgraph,
-so no array formulation exists). SequenceMap lives with the sequence ops.
+"""CPU kernels for control flow: If, Loop and Scan (opset 8's batched form, 9+'s axes form); bodies are
+placed and planned by the session (the ``bodies`` planner) and run by the core's executor, with a Python
+loop over iterations only (each runs a whole subgraph, so no array formulation exists). SequenceMap lives
+with the sequence ops.
 """
 
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import numpy as np
 
@@ -14,7 +16,6 @@ from ....ir.graph import Graph, Node
 from ....ir.types import np_dtype
 from ....limits import MAX_TENSOR_BYTES_KEY, current
 from ..registry import outer_scope_names, register
-from ..subgraph import Body
 from .shape_ops import normalize_axis
 
 
@@ -35,7 +36,7 @@ def _scalar(node: Node, value, what: str):
     return value.reshape(-1)[0].item()
 
 
-def _empty_scan_output(node: Node, body: Body, out_index: int, body_index: int, axis: int = 0) -> np.ndarray:
+def _empty_scan_output(node: Node, body, out_index: int, body_index: int, axis: int = 0) -> np.ndarray:
     """A scan output of zero iterations: dtype and element shape from the static types.
 
     The Loop/Scan output's declared type wins for the dtype (the session checks against it);
@@ -72,11 +73,11 @@ def _stack(node: Node, items: list, k: int, axis: int = 0) -> np.ndarray:
 # ------------------------------------------------------------------------------------------- If
 
 @register("If", since=1)
-def _if(node: Node, opset: int):
+def _if(node: Node, opset: int, bodies):
     outer = outer_scope_names(node)
     branches = []
     for name in ("then_branch", "else_branch"):
-        body = Body(_graph_attr(node, name), node, opset, outer)
+        body = bodies(_graph_attr(node, name), node, outer)
         if body.input_names:
             raise KernelError(f"{node.label}: {name} must take no inputs, it declares {body.input_names}")
         if len(body.output_names) != len(node.outputs):
@@ -94,11 +95,11 @@ def _if(node: Node, opset: int):
 # ----------------------------------------------------------------------------------------- Loop
 
 @register("Loop", since=1)
-def _loop(node: Node, opset: int):
+def _loop(node: Node, opset: int, bodies):
     if len(node.inputs) < 2:
         raise KernelError(f"{node.label}: needs the inputs M and cond (either may be '')")
     n_carried = len(node.inputs) - 2
-    body = Body(_graph_attr(node, "body"), node, opset, outer_scope_names(node))
+    body = bodies(_graph_attr(node, "body"), node, outer_scope_names(node))
     if len(body.input_names) != 2 + n_carried:
         raise KernelError(f"{node.label}: body takes {len(body.input_names)} input(s), expected "
                           f"{2 + n_carried} (iteration number, condition, {n_carried} loop-carried)")
@@ -150,13 +151,13 @@ def _loop(node: Node, opset: int):
 
 # ----------------------------------------------------------------------------------------- Scan
 
-def _scan_body(node: Node, opset: int, n_inputs: int) -> tuple[Body, int, int, int]:
+def _scan_body(node: Node, bodies, n_inputs: int) -> tuple[Any, int, int, int]:
     """Body plus (scan inputs M, state variables N, scan outputs K) checked against the node."""
     m = int(node.attr("num_scan_inputs", 0))
     n_state = n_inputs - m
     if m <= 0 or n_state < 0:
         raise KernelError(f"{node.label}: num_scan_inputs must be in [1, {n_inputs}], got {m}")
-    body = Body(_graph_attr(node, "body"), node, opset, outer_scope_names(node))
+    body = bodies(_graph_attr(node, "body"), node, outer_scope_names(node))
     if len(body.input_names) != n_state + m:
         raise KernelError(f"{node.label}: body takes {len(body.input_names)} input(s), expected {n_state + m} "
                           f"({n_state} state variables, {m} scan inputs)")
@@ -182,8 +183,8 @@ def _per_input(node: Node, name: str, count: int, allowed=None) -> list[int]:
 
 
 @register("Scan", since=9)
-def _scan(node: Node, opset: int):
-    body, m, n_state, n_out = _scan_body(node, opset, len(node.inputs))
+def _scan(node: Node, opset: int, bodies):
+    body, m, n_state, n_out = _scan_body(node, bodies, len(node.inputs))
     in_axes = _per_input(node, "scan_input_axes", m)
     in_dirs = _per_input(node, "scan_input_directions", m, (0, 1))
     out_axes = _per_input(node, "scan_output_axes", n_out)
@@ -223,10 +224,10 @@ def _scan(node: Node, opset: int):
 
 
 @register("Scan", since=8, until=8)
-def _scan8(node: Node, opset: int):
+def _scan8(node: Node, opset: int, bodies):
     """Opset 8: axis 0 is a batch axis, axis 1 the sequence axis, with optional per-batch lengths;
     scan outputs are padded with zeros past each batch entry's length."""
-    body, m, n_state, n_out = _scan_body(node, opset, len(node.inputs) - 1)
+    body, m, n_state, n_out = _scan_body(node, bodies, len(node.inputs) - 1)
     dirs = _per_input(node, "directions", m, (0, 1))
 
     def kernel(seq_lens, *args):
@@ -268,7 +269,7 @@ def _scan8(node: Node, opset: int):
     return kernel
 
 
-def _pad_batches(node: Node, body: Body, k: int, n_state: int, parts: list, batch: int, steps: int) -> np.ndarray:
+def _pad_batches(node: Node, body, k: int, n_state: int, parts: list, batch: int, steps: int) -> np.ndarray:
     """[batch, steps, ...] scan output from per-batch results of varying length (zeros after)."""
     sample = next((p for p in parts if p is not None), None)
     if sample is None:

@@ -12,7 +12,6 @@ from ....errors import KernelError
 from ....ir.graph import Graph, Node
 from ....ir.types import np_dtype
 from ..registry import outer_scope_names, register
-from ..subgraph import Body
 from .shape_ops import normalize_axis
 
 
@@ -166,14 +165,14 @@ def _concat_from_sequence(node: Node, opset: int):
 
 
 @register("SequenceMap", since=17)
-def _sequence_map(node: Node, opset: int):
+def _sequence_map(node: Node, opset: int, bodies):
     """The body runs once per element of the first input (a Python loop over elements, each a
     whole subgraph run); other sequence inputs are zipped with it, tensor inputs repeated."""
     g = node.attr("body")
     if not isinstance(g, Graph):
         raise KernelError(f"{node.label}: graph attribute 'body' is required")
     n_in = len(node.inputs)
-    body = Body(g, node, opset, outer_scope_names(node))
+    body = bodies(g, node, outer_scope_names(node))
     if len(body.input_names) != n_in or len(body.output_names) != len(node.outputs):
         raise KernelError(f"{node.label}: body has {len(body.input_names)} input(s) and {len(body.output_names)} "
                           f"output(s); the node has {n_in} and {len(node.outputs)}")
