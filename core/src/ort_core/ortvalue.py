@@ -18,6 +18,7 @@ from .ir.types import elem_type_name, elem_type_of, np_dtype
 from .memory.device import HOST, Device
 from .memory.protocols import host_array
 from .plugins.manager import CPU, get_registry
+from .transfers import Transfers
 
 
 class OrtValue:
@@ -216,45 +217,15 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
     return device
 
 
-def _transfer(device: Device):
-    provider = known_devices().get(device)
-    if provider is None:
-        return None
-    return get_registry().data_transfer(provider)
-
-
-def direct_copier(src: Device, dst: Device) -> Callable[[Any], Any] | None:
-    """copy(value) moving a value from ``src`` to ``dst`` with one data transfer, or None.
-
-    Asks the transfer of the provider owning ``dst``, then the one owning ``src``. Host to
-    host is a reference.
-    """
-    if (src.is_host and dst.is_host) or src == dst:
-        return _same
-    for device in (dst, src):
-        if device.is_host:
-            continue
-        t = _transfer(device)
-        if t is not None and t.can_copy(src, dst):
-            return lambda v, _t=t: _t.copy(v, src, dst)
-    return None
+def default_transfers() -> Transfers:
+    """The transfers of every installed, available provider's default instance (values outside sessions)."""
+    registry = get_registry()
+    return Transfers(registry.default(name) for name in known_devices().values() if name != CPU)
 
 
 def copier(src: Device, dst: Device) -> Callable[[Any], Any]:
-    """Like direct_copier, staging through the host between devices no single transfer connects;
-    raises InvalidArgument when no installed provider can copy the pair."""
-    direct = direct_copier(src, dst)
-    if direct is not None:
-        return direct
-    if not src.is_host and not dst.is_host:
-        down, up = direct_copier(src, HOST), direct_copier(HOST, dst)
-        if down is not None and up is not None:
-            return lambda v: up(down(v))
-    raise InvalidArgument(f"no data transfer of an installed provider copies {src} -> {dst}")
-
-
-def _same(value: Any) -> Any:
-    return value
+    """copy(value) from ``src`` to ``dst`` through the installed providers (see Transfers.copier)."""
+    return default_transfers().copier(src, dst)
 
 
 def _host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:

@@ -21,6 +21,7 @@ from .memory.device import HOST, Device
 from .memory.stream import synchronize_all
 from .plan import ExecutionPlan, PlanBuilder, checked_kernel
 from .plugins.kernel import ContextKernel, KernelContext, allocate
+from .transfers import Transfers
 
 
 @dataclass
@@ -47,7 +48,7 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
     for name in outer:
         b.define(name, HOST)
     streams = _Streams(b, instances, {p.provider.name for p in placed})
-    transfer = _transfers_between_devices(instances, [p.provider.name for p in placed])
+    transfer = Transfers(instances[name] for name in dict.fromkeys(p.provider.name for p in placed)).find
     for p in placed:
         ep, sub = p.provider, p.subgraph
         device, own = ep.device, streams.slot(ep.name)
@@ -229,48 +230,3 @@ def _context_step(kernel: ContextKernel, ep, static: list, label: str) -> Callab
         return ctx.outputs
 
     return step
-
-
-def _transfers_between_devices(instances: dict[str, Any], providers: Sequence[str]):
-    """transfer(src, dst) -> the DataTransfer that copies between two devices, or None.
-
-    Asks the transfer of the provider owning ``dst``, then the one owning ``src``: a value a
-    device provider produced and the CPU provider reads can only be copied by the producer's.
-    """
-    owners = {}
-    for provider in providers:
-        device = instances[provider].device
-        if not device.is_host and device not in owners:
-            owners[device] = instances[provider].data_transfer()
-
-    def direct(src, dst):
-        for device in (dst, src):
-            t = owners.get(device)
-            if t is not None and t.can_copy(src, dst):
-                return t
-        return None
-
-    def transfer(src, dst):
-        if src is None or src == dst:
-            return None
-        t = direct(src, dst)
-        if t is None and not src.is_host and not dst.is_host:
-            down, up = direct(src, HOST), direct(HOST, dst)
-            if down is not None and up is not None:
-                return StagedTransfer(down, up)
-        return t
-
-    return transfer
-
-
-class StagedTransfer:
-    """Copies between two devices no single transfer connects, through host memory."""
-
-    def __init__(self, down, up) -> None:
-        self.down, self.up = down, up
-
-    def can_copy(self, src, dst) -> bool:
-        return self.down.can_copy(src, HOST) and self.up.can_copy(HOST, dst)
-
-    def copy(self, value, src, dst):
-        return self.up.copy(self.down.copy(value, src, HOST), HOST, dst)

@@ -40,7 +40,7 @@ from .memory.device import HOST
 from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_cpu_nodes
 from .options import RunOptions, SessionOptions
-from .ortvalue import OrtValue, direct_copier
+from .ortvalue import OrtValue, default_transfers
 from .pipeline import BodyPlanner, Placement, place, placed_kernels
 from .placement import explain
 from .planning import build_plan
@@ -48,6 +48,7 @@ from .plugins.manager import CPU, SessionProvider, get_registry
 from .plugins.provider import SessionContext
 from .plugins.types import FusedSubgraph
 from .profiling import Profiler
+from .transfers import Transfers
 
 STRICT_KEY = "session.disable_cpu_ep_fallback"
 """Session config entry (onnxruntime's name): "1" makes every fallback an error — a requested
@@ -167,6 +168,9 @@ class InferenceSession:
 
         self._plan, self._output_slots = build_plan(graph, placed_kernels(part, kernels, self._instances),
                                                     self._instances, check_outputs, model.source)
+        # IOBinding routes copy through the same providers' transfers as the plan (other installed
+        # providers' for devices outside the session)
+        self._transfers = Transfers((self._instances[p] for p in self._providers), default_transfers())
         self._plan.context = self._limits
         if self._profiler is not None:
             self._plan.steps = self._profiler.wrap_steps(self._plan.steps)
@@ -454,7 +458,7 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
         raise InvalidArgument("no output requested: bind at least one output (bind_output)")
     names = [n for n, _ in outputs]
     sess._check_output_names(names)
-    route = sess._plan.route(placed, tuple(outputs), direct_copier)
+    route = sess._plan.route(placed, tuple(outputs), sess._transfers.direct_copier)
     for name, value in on_device.items():
         feeds[route.inputs[name]] = value
     results = sess._plan.run(feeds, route.want, run_options, route)
