@@ -133,11 +133,13 @@ def test_options_are_validated():
         parse({"num_threads": -1})
 
 
-def test_unknown_option_makes_the_session_warn_and_fall_back():
-    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [3])], [vi("y", [3])])
-    with pytest.warns(ort.OrtWarning, match="unknown provider option"):
-        sess = ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"bogus": 1})])
-    assert sess.run(None, {"x": np.array([-1, 0, 2], np.float32)})[0].tolist() == [0, 0, 2]
+def test_unknown_or_bad_option_is_an_error_naming_the_valid_ones():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [vi("x", [3])], [vi("y", [3])]).SerializeToString()
+    with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['bogus'\] for "
+                                                  f"'{NAME}'; valid options: num_threads, precision"):
+        ort.InferenceSession(model, providers=[(NAME, {"bogus": 1})])
+    with pytest.raises(ort.InvalidArgument, match=f"provider '{NAME}': precision='fp16'"):
+        ort.InferenceSession(model, providers=[(NAME, {"precision": "fp16"})])
 
 
 def test_bf16_is_refused_with_a_reason_on_a_cpu_without_bf16(monkeypatch):

@@ -97,14 +97,13 @@ def test_options_are_validated_and_mapped_to_openvino_properties():
             parse(bad)
 
 
-def test_unknown_option_skips_the_provider_with_a_warning():
-    model = small_cnn()
-    with warnings.catch_warnings(record=True) as w:
-        warnings.simplefilter("always")
-        sess = ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"bogus": 1})])
-    # the capability answer is refused (the plugin rejects the option): every node runs on the CPU
-    assert all(p == CPU for p, _ in placement(sess)) and placement(sess)
-    assert any("bogus" in str(m.message) for m in w)
+def test_unknown_or_bad_option_is_an_error_naming_the_valid_ones():
+    model = small_cnn().SerializeToString()
+    with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['bogus'\] for "
+                                                  f"'{NAME}'; valid options: cache_dir, device_type"):
+        ort.InferenceSession(model, providers=[(NAME, {"bogus": 1})])
+    with pytest.raises(ort.InvalidArgument, match=f"provider '{NAME}': precision='INT3'"):
+        ort.InferenceSession(model, providers=[(NAME, {"precision": "INT3"})])
 
 
 def test_absent_device_declines_every_node_with_the_reason():

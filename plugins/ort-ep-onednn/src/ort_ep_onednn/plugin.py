@@ -1,35 +1,44 @@
-"""Hook implementations of DnnlExecutionProvider: the module the entry point names.
+"""Hooks and provider object of DnnlExecutionProvider: the module the entry point names.
 
-Thin answers built from ``library``, ``options``, ``capability`` and ``kernel``; values stay in host
-memory (oneDNN's CPU engine computes there).
+Registration, the factory making one ``DnnlProvider`` per session, and its methods: thin answers built
+from ``library``, ``options``, ``capability`` and ``kernel``; values stay in host memory (oneDNN's CPU
+engine computes there).
 """
 
 from __future__ import annotations
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ProviderInfo, hookimpl
-from ort_core.plugins.host import ort_allocator, ort_data_transfer  # noqa: F401 - host-memory hooks
+from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
 
 from . import __version__
 from . import library as L
 from .capability import Context, unsupported_reason
 from .kernel import make_kernel
 from .lowering import Spec
-from .options import Options, parse
+from .options import DEFAULTS, Options, parse
 
 NAME = "DnnlExecutionProvider"
 
 
-@hookimpl
-def ort_register_providers():
+def _info() -> ProviderInfo:
     reason = L.unavailable_reason()  # never raises: a missing library is an answer, not an error
     description = "oneDNN (not loaded) through its C API (cffi)"
     if not reason:
         lib = L.library()
         description = (f"oneDNN {lib.version} ({lib.isa_name()}) through its C API (cffi): fused float32 "
                        "subgraphs as primitives, activations channels-last")
-    return [ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
-                         version=__version__)]
+    return ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
+                        version=__version__, options={k: str(v) for k, v in DEFAULTS.items()})
+
+
+@hookimpl
+def ort_register_providers():
+    return [_info()]
+
+
+@hookimpl
+def ort_create_provider(provider, options, session):
+    return DnnlProvider(_info(), options, session)
 
 
 def precision_reason(lib: L.Library, opts: Options) -> str:
@@ -44,41 +53,46 @@ def bf16_of(opts: Options) -> bool:
     return opts.precision == "bf16"
 
 
-@hookimpl
-def ort_get_capability(provider, graph, options):
-    opts = parse(options)
-    nodes = graph.nodes()
-    lib = L.library()
-    problem = precision_reason(lib, opts)
-    if problem:
-        return Capability((), {n.id: problem for n in nodes}, fuse=True)
-    ctx = Context(graph.graph, graph.opset(""), graph.constant)
-    claimed, declined = [], {}
-    for node in nodes:
-        why = unsupported_reason(lib, node, ctx, bf16_of(opts))
-        if why is None:
-            claimed.append(node.id)
-        else:
-            declined[node.id] = why
-    return Capability(tuple(claimed), declined, fuse=True)
+class DnnlProvider(ExecutionProvider):
+    """One session's oneDNN provider: its parsed options (a bad value is refused when the session is
+    made). Values stay in host memory; the loaded library and its CPU engine are process-wide."""
 
+    def __init__(self, info: ProviderInfo, options=None, session=None) -> None:
+        super().__init__(info, options, session)
+        self.opts = parse(self.options)  # ValueError naming the option: the user gets an InvalidArgument
 
-@hookimpl
-def ort_compile(provider, subgraph, options):
-    opts = parse(options)
-    lib = L.library()
-    problem = precision_reason(lib, opts)
-    if problem:
-        raise RuntimeError(problem)
-    opset = subgraph.opsets.get("", 0)  # the loader spells the default domain ""
-    ctx = Context(subgraph.graph, opset, subgraph.constants.get)
-    for node in subgraph.nodes:  # the same rules as capability (cached), so the two never disagree
-        why = unsupported_reason(lib, node, ctx, bf16_of(opts))
-        if why is not None:
-            raise ValueError(f"{node.label}: {why}")
-    constants = {n: v for n in subgraph.inputs if (v := ctx.constant(n)) is not None}
-    spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset)
-    # initializers that are also graph inputs: constant while the session passes them unchanged
-    inits = subgraph.graph.initializers
-    defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}
-    return make_kernel(lib, spec, opts, subgraph.name, defaults)
+    def get_capability(self, graph):
+        opts = self.opts
+        nodes = graph.nodes()
+        lib = L.library()
+        problem = precision_reason(lib, opts)
+        if problem:
+            return Capability((), {n.id: problem for n in nodes}, fuse=True)
+        ctx = Context(graph.graph, graph.opset(""), graph.constant)
+        claimed, declined = [], {}
+        for node in nodes:
+            why = unsupported_reason(lib, node, ctx, bf16_of(opts))
+            if why is None:
+                claimed.append(node.id)
+            else:
+                declined[node.id] = why
+        return Capability(tuple(claimed), declined, fuse=True)
+
+    def compile_subgraph(self, subgraph):
+        opts = self.opts
+        lib = L.library()
+        problem = precision_reason(lib, opts)
+        if problem:
+            raise RuntimeError(problem)
+        opset = subgraph.opsets.get("", 0)  # the loader spells the default domain ""
+        ctx = Context(subgraph.graph, opset, subgraph.constants.get)
+        for node in subgraph.nodes:  # the same rules as capability (cached), so the two never disagree
+            why = unsupported_reason(lib, node, ctx, bf16_of(opts))
+            if why is not None:
+                raise ValueError(f"{node.label}: {why}")
+        constants = {n: v for n in subgraph.inputs if (v := ctx.constant(n)) is not None}
+        spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset)
+        # initializers that are also graph inputs: constant while the session passes them unchanged
+        inits = subgraph.graph.initializers
+        defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}
+        return make_kernel(lib, spec, opts, subgraph.name, defaults)

@@ -1,71 +1,87 @@
-"""Hook implementations of OpenVINOExecutionProvider: the module the entry point names.
+"""Hooks and provider object of OpenVINOExecutionProvider: the module the entry point names.
 
-Thin answers built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay in
-host memory (OpenVINO's CPU device computes there; other devices copy inside OpenVINO).
+Registration, the factory making one ``OpenVINOProvider`` per session, and its methods: thin answers
+built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay in host memory
+(OpenVINO's CPU device computes there; other devices copy inside OpenVINO).
 """
 
 from __future__ import annotations
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ProviderInfo, hookimpl
-from ort_core.plugins.host import ort_allocator, ort_data_transfer  # noqa: F401 - host-memory hooks
+from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
 
 from . import __version__
 from . import runtime as rt
 from .capability import PROBES, Context, unsupported_reason
 from .kernel import compile_subgraph
-from .options import PRECISION_CAPABILITY, Options, parse
+from .options import DEFAULTS, PRECISION_CAPABILITY, Options, parse
 
 NAME = "OpenVINOExecutionProvider"
 
 
-@hookimpl
-def ort_register_providers():
+def _info() -> ProviderInfo:
     reason = rt.unavailable_reason()  # never raises: a missing library is an answer, not an error
     version = ""
     if not reason:
         version = rt.runtime().version
-    return [ProviderInfo(NAME, (HOST,), available=not reason, reason=reason,
-                         description=f"OpenVINO {version or '(not loaded)'} through its C API (cffi): "
-                                     "fused ONNX subgraphs compiled for CPU, GPU, NPU or AUTO",
-                         version=__version__)]
+    return ProviderInfo(NAME, (HOST,), available=not reason, reason=reason,
+                        description=f"OpenVINO {version or '(not loaded)'} through its C API (cffi): "
+                                    "fused ONNX subgraphs compiled for CPU, GPU, NPU or AUTO",
+                        version=__version__, options={k: str(v) for k, v in DEFAULTS.items()})
 
 
 @hookimpl
-def ort_get_capability(provider, graph, options):
-    opts = parse(options)
-    nodes = graph.nodes()
-    device_problem = device_reason(opts)
-    if device_problem:
-        # every node gets the reason; the session falls back to the next provider for all of them
-        return Capability((), {n.id: device_problem for n in nodes}, fuse=True)
-    PROBES.load(opts.cache_dir)
-    ctx = Context.of_view(graph)
-    claimed, declined = [], {}
-    device = probe_device(opts)
-    for node in nodes:
-        why = unsupported_reason(node, ctx, device)
-        if why is None:
-            claimed.append(node.id)
-        else:
-            declined[node.id] = why
-    if opts.cache_dir:
-        PROBES.save(opts.cache_dir)
-    return Capability(tuple(claimed), declined, fuse=True)
+def ort_register_providers():
+    return [_info()]
 
 
 @hookimpl
-def ort_compile(provider, subgraph, options):
-    opts = parse(options)
-    problem = device_reason(opts)
-    if problem:
-        raise RuntimeError(problem)
-    ctx, device = Context.of_subgraph(subgraph), probe_device(opts)
-    for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
-        why = unsupported_reason(node, ctx, device)
-        if why is not None:
-            raise ValueError(f"{node.label}: {why}")
-    return compile_subgraph(subgraph, opts)
+def ort_create_provider(provider, options, session):
+    return OpenVINOProvider(_info(), options, session)
+
+
+class OpenVINOProvider(ExecutionProvider):
+    """One session's OpenVINO provider: its parsed options (a bad value is refused when the session is
+    made). Values stay in host memory. The OpenVINO core and the probe verdicts are process-wide: the
+    loaded library's state, and a memo of what this OpenVINO build compiles (keyed by the build), not
+    per-session state."""
+
+    def __init__(self, info: ProviderInfo, options=None, session=None) -> None:
+        super().__init__(info, options, session)
+        self.opts = parse(self.options)  # ValueError naming the option: the user gets an InvalidArgument
+
+    def get_capability(self, graph):
+        opts = self.opts
+        nodes = graph.nodes()
+        device_problem = device_reason(opts)
+        if device_problem:
+            # every node gets the reason; the session falls back to the next provider for all of them
+            return Capability((), {n.id: device_problem for n in nodes}, fuse=True)
+        PROBES.load(opts.cache_dir)
+        ctx = Context.of_view(graph)
+        claimed, declined = [], {}
+        device = probe_device(opts)
+        for node in nodes:
+            why = unsupported_reason(node, ctx, device)
+            if why is None:
+                claimed.append(node.id)
+            else:
+                declined[node.id] = why
+        if opts.cache_dir:
+            PROBES.save(opts.cache_dir)
+        return Capability(tuple(claimed), declined, fuse=True)
+
+    def compile_subgraph(self, subgraph):
+        opts = self.opts
+        problem = device_reason(opts)
+        if problem:
+            raise RuntimeError(problem)
+        ctx, device = Context.of_subgraph(subgraph), probe_device(opts)
+        for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
+            why = unsupported_reason(node, ctx, device)
+            if why is not None:
+                raise ValueError(f"{node.label}: {why}")
+        return compile_subgraph(subgraph, opts)
 
 
 def probe_device(opts: Options) -> str:
