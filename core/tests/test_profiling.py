@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import numpy as np
 import onnx
@@ -72,3 +73,36 @@ def test_optimized_model_file_at_basic_level_keeps_standard_ops(tmp_path):
     onnxruntime = pytest.importorskip("onnxruntime")
     (theirs,) = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"]).run(None, {"x": x})
     np.testing.assert_allclose(theirs, ref, rtol=1e-5, atol=1e-5)
+
+
+def test_work_on_a_device_stream_is_timed_by_its_events(tmp_path, monkeypatch):
+    """The example device enqueues its work: the launch returns at once, the device takes longer. The
+    profile must show the device time (from events on its stream), not the launch."""
+    from onnx import TensorProto, helper
+
+    from .conftest import import_test_plugins, make_model
+
+    (kernels,) = import_test_plugins("ort_ep_example.kernels")
+    compute = kernels._compute
+
+    def slow(plan, tensors):
+        time.sleep(0.03)
+        compute(plan, tensors)
+
+    monkeypatch.setattr(kernels, "_compute", slow)
+    monkeypatch.chdir(tmp_path)
+    so = ort.SessionOptions()
+    so.enable_profiling = True
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")],
+                       [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(model, so, providers=["ExampleExecutionProvider"])
+    (y,) = sess.run(None, {"x": np.array([-1, 0, 1, 2], np.float32)})
+    np.testing.assert_array_equal(y, [0, 0, 1, 2])
+    events = json.loads(open(sess.end_profiling()).read())
+    (relu,) = [e for e in events if e["cat"] == "Node" and e["args"]["op_name"] == "Relu"]
+    assert relu["args"]["provider"] == "ExampleExecutionProvider" and relu["args"]["timed_by"] == "device events"
+    assert relu["dur"] >= 30_000  # microseconds: the device's 30 ms
+    assert relu["args"]["launch_us"] < 10_000  # while the launch itself returned at once
+    assert relu["args"]["input_type_shape"] == [{"float32": [4]}]  # the stream is no input of the node

@@ -21,6 +21,7 @@ from .memory.device import HOST, Device
 from .memory.stream import synchronize_all
 from .plan import ExecutionPlan, PlanBuilder, checked_kernel
 from .plugins.kernel import ContextKernel, KernelContext, allocate
+from .profiling import SYNC_LABEL
 from .transfers import Transfers
 
 
@@ -149,7 +150,7 @@ class _Streams:
         """run() synchronizes every stream at its end: device values it hands out are complete."""
         if self.slots:
             slots = tuple(self.slots.values())
-            self.b.add(lambda *ss: (synchronize_all(ss), ())[1], slots, (), "synchronize streams")
+            self.b.add(lambda *ss: (synchronize_all(ss), ())[1], slots, (), SYNC_LABEL)
 
 
 def _host_waits(producer) -> tuple:

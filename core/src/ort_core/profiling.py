@@ -1,8 +1,9 @@
 """Session profiling: per-step timings written as a Chrome-trace JSON, like onnxruntime's.
 
 Wraps the plan's step kernels when ``SessionOptions.enable_profiling`` is set (the plain run path
-stays untouched otherwise) and collects events thread-safely; ``InferenceSession.end_profiling``
-writes the file (open it in chrome://tracing or Perfetto).
+stays untouched otherwise) and collects events thread-safely; work an asynchronous provider enqueues
+on a stream is timed with events on that stream (its device time), not by how long the launch took.
+``InferenceSession.end_profiling`` writes the file (open it in chrome://tracing or Perfetto).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ class Profiler:
         self.wall_start_ns = time.time_ns()
         self.events: list[dict] = []
         self._lock = threading.Lock()
+        self._local = threading.local()  # per run (thread): stream work awaiting its device time
         self.active = True
 
     def _us(self, t_ns: int) -> float:
@@ -44,18 +46,47 @@ class Profiler:
         node, _, provider = label.rpartition(" on ")
         op = node[node.rfind("(") + 1:-1] if node.endswith(")") else ("Copy" if label.startswith("copy") else "")
         name = node or label
+        settles = label == SYNC_LABEL  # the step after which this run's device work is complete
 
         def run(*xs):
+            # work enqueued on a stream is timed by events around it, read once the stream is synchronized
+            streams = [x for x in xs if _is_stream(x)]
+            starts = [s.record() for s in streams]
             t0 = time.perf_counter_ns()
             out = kernel(*xs)
             t1 = time.perf_counter_ns()
-            self.record("Node", f"{name}_kernel_time", t0, t1, {
-                "op_name": op, "provider": provider or "copy",
-                "input_type_shape": [_type_shape(x) for x in xs],
-                "output_type_shape": [_type_shape(y) for y in out]})
+            args = {"op_name": op, "provider": provider or "copy",
+                    "input_type_shape": [_type_shape(x) for x in xs if not _is_stream(x)],
+                    "output_type_shape": [_type_shape(y) for y in out]}
+            if streams:
+                ends = [s.record() for s in streams]
+                self._pending().append((f"{name}_kernel_time", t0, t1, args, starts, ends))
+            else:
+                self.record("Node", f"{name}_kernel_time", t0, t1, args)
+            if settles:
+                self._settle()
             return out
 
         return run
+
+    def _pending(self) -> list:
+        pending = getattr(self._local, "pending", None)
+        if pending is None:
+            pending = self._local.pending = []
+        return pending
+
+    def _settle(self) -> None:
+        """Record this run's stream work with its device time (between the events around it), at the launch
+        time; events without a clock of their own give the launch-to-completion time instead."""
+        pending, self._local.pending = self._pending(), []
+        for name, t0, t1, args, starts, ends in pending:
+            device_ns = 0
+            for start, end in zip(starts, ends):
+                end.synchronize()
+                elapsed = getattr(end, "elapsed_ns", None)
+                device_ns += elapsed(start) if elapsed is not None else time.perf_counter_ns() - t0
+            self.record("Node", name, t0, t0 + device_ns, {**args, "launch_us": (t1 - t0) / 1000.0,
+                                                         "timed_by": "device events"})
 
     def write(self) -> str:
         self.active = False
@@ -66,6 +97,13 @@ class Profiler:
         with open(path, "w", encoding="utf-8") as f:
             json.dump(events, f, indent=0)
         return path
+
+
+SYNC_LABEL = "synchronize streams"  # planning.py's last step of a plan with asynchronous providers
+
+
+def _is_stream(x) -> bool:
+    return hasattr(x, "record") and hasattr(x, "wait") and hasattr(x, "synchronize")
 
 
 def _type_shape(x) -> dict:

@@ -15,7 +15,11 @@ from .device import Device
 
 @runtime_checkable
 class Event(Protocol):
-    """A point in a stream's work: ``synchronize()`` blocks the host until the work before it is done."""
+    """A point in a stream's work: ``synchronize()`` blocks the host until the work before it is done.
+
+    Optional: ``elapsed_ns(start)``, the device time in nanoseconds between an earlier event ``start`` of
+    the same stream and this one, both completed (as cudaEventElapsedTime); the profiler reports the
+    device time of asynchronous work with it."""
 
     def synchronize(self) -> None: ...
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import queue
 import threading
+import time
 from collections.abc import Callable
 
 from .memory import DEVICE
@@ -52,15 +53,24 @@ class Worker:
 
 
 class WorkerEvent:
-    """Set when the worker reaches the point where it was recorded."""
+    """Set when the worker reaches the point where it was recorded, with the time it got there."""
 
-    __slots__ = ("_done",)
+    __slots__ = ("_done", "time_ns")
 
     def __init__(self) -> None:
         self._done = threading.Event()
+        self.time_ns = 0
+
+    def _reach(self) -> None:
+        self.time_ns = time.perf_counter_ns()
+        self._done.set()
 
     def synchronize(self) -> None:
         self._done.wait()
+
+    def elapsed_ns(self, start: WorkerEvent) -> int:
+        """Worker time from ``start`` to this event (both reached)."""
+        return self.time_ns - start.time_ns
 
 
 class RunStream:
@@ -78,7 +88,7 @@ class RunStream:
 
     def record(self) -> WorkerEvent:
         event = WorkerEvent()
-        self._worker.put((event._done.set, "event", _NEVER_FAILS))
+        self._worker.put((event._reach, "event", _NEVER_FAILS))
         return event
 
     def wait(self, event) -> None:
