@@ -116,12 +116,12 @@ def test_factory_makes_one_instance_per_session_with_options_and_session_context
     with open(path, "wb") as f:
         f.write(relu_sin_add_mul_model().SerializeToString())
     so = ort.SessionOptions()
-    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
     with pytest.warns(ort.OrtWarning, match=f"{PICKY}: 3/4 nodes"):
         s1 = ort.InferenceSession(path, so, providers=[(PICKY, {"refuse": "Tanh"})])
         s2 = ort.InferenceSession(path, providers=[PICKY])
     creates = [e for e in picky.EVENTS if e[0] == "create"]
-    assert creates[0][1:3] == ({"refuse": "Tanh"}, path) and creates[0][3]["ep.context_enable"] == "1"
+    assert creates[0][1:3] == ({"refuse": "Tanh"}, path) and creates[0][3]["session.intra_op.allow_spinning"] == "0"
     assert creates[1][1:3] == ({}, path)
     instances = [e[1] for e in picky.EVENTS if e[0] == "instance"]
     assert len(set(instances)) == 2  # one object per session

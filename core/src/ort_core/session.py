@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from .customops import CustomOpRegistry, global_registry, infer_static_types
+from .epcontext import write_context_model
 from .errors import (
     Fail,
     InvalidArgument,
@@ -44,6 +45,7 @@ from .ortvalue import OrtValue, default_transfers
 from .pipeline import BodyPlanner, Placement, place, placed_kernels
 from .placement import explain
 from .planning import build_plan
+from .plugins.context import ENABLE_KEY as CONTEXT_ENABLE_KEY
 from .plugins.manager import CPU, SessionProvider, get_registry
 from .plugins.provider import SessionContext
 from .plugins.types import FusedSubgraph
@@ -115,6 +117,9 @@ class InferenceSession:
             self._build()
             if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
                 _save_optimized(self._model, self._sess_options.optimized_model_filepath)
+            if config.get(CONTEXT_ENABLE_KEY, "0") == "1":
+                self._context_model_path = write_context_model(self._model, self._partition, self._instances,
+                                                               config, self._model_path)
         if self._profiler is not None:
             self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 from ort_conformance.unavailable import check_falls_back_when_unavailable
-from ort_ep_example import memory, plugin
+from ort_ep_example import kernels, memory, plugin
 from ort_ep_example.memory import DEVICE
 
 import ort_core as ort
@@ -264,7 +264,7 @@ def test_every_offered_node_gets_a_reason():
 def test_unknown_provider_option_or_device_is_an_error():
     model = _single_node_model("Relu", [(2,)], F32)
     with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['fast'\] for "
-                                                  f"'{NAME}'; valid options: device_id"):
+                                                  f"'{NAME}'; valid options: cache_dir, device_id"):
         ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"fast": "1"})])
     with pytest.raises(ort.InvalidArgument, match=f"provider '{NAME}': device_id='3': {NAME} has a single device"):
         ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"device_id": "3"})])
@@ -461,3 +461,108 @@ def test_the_tensor_size_limit_holds_for_device_values():
     a = np.ones((9, 1), np.float32)
     with pytest.raises(ort.KernelError, match=rf"node 'outer_sum' \(Add\) on {NAME}.*shape \[9, 9\].*more than"):
         sess.run(None, {"a": a, "b": a.T})  # the device output (324 bytes) is refused
+
+
+# --------------------------------------------------------------- compiled contexts (EPContext)
+
+def _context_session(model_path, embed, target):
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", embed)
+    so.add_session_config_entry("ep.context_file_path", str(target))
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # standard ops in the file
+    return session_from_path(model_path, so)
+
+
+def session_from_path(path, so=None, providers=(NAME,)):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ort.OrtWarning)
+        return ort.InferenceSession(str(path), so, providers=list(providers))
+
+
+@pytest.mark.parametrize("embed", ["0", "1"])
+def test_compiled_subgraphs_are_saved_as_epcontext_nodes_and_load_without_compiling(tmp_path, embed, monkeypatch):
+    import onnx
+
+    model, _, _ = mixed_model(np.float32)
+    src = tmp_path / "mixed.onnx"
+    onnx.save(model, str(src))
+    target = tmp_path / "out" / "mixed_ctx.onnx"
+    target.parent.mkdir()
+    first = _context_session(src, embed, target)
+    saved = onnx.load(str(target))
+    contexts = [n for n in saved.graph.node if n.op_type == "EPContext"]
+    assert len(contexts) == 3 and all(n.domain == "com.microsoft" for n in contexts)  # one per example subgraph
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in contexts[0].attribute}
+    assert attrs["source"] == NAME.encode() and attrs["embed_mode"] == int(embed) and attrs["main_context"] == 1
+    assert {n.op_type for n in saved.graph.node} == {"EPContext", "Softmax", "Transpose"}
+    bins = sorted(p.name for p in target.parent.glob("*.bin"))
+    assert len(bins) == (3 if embed == "0" else 0)
+    # loading the context model compiles nothing: no node goes through the capability rules again
+    checked = []
+    original = kernels.unsupported_reason
+    monkeypatch.setattr(kernels, "unsupported_reason", lambda node, *a: checked.append(node.op_type)
+                        or original(node, *a))
+    again = session_from_path(target)
+    assert [a.op_types for a in again.get_provider_graph_assignment_info() if a.provider == NAME] == \
+        [("EPContext",)] * 3
+    assert not set(checked) & {"MatMul", "Add", "Relu", "Sigmoid", "Tanh", "Sub", "Exp", "Neg", "Abs", "Div"}
+    feed = feeds(np.float32)
+    for g, e in zip(again.run(None, feed), first.run(None, feed)):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_a_context_model_without_its_provider_says_which_provider_it_needs(tmp_path):
+    import onnx
+
+    model, _, _ = mixed_model(np.float32)
+    src = tmp_path / "mixed.onnx"
+    onnx.save(model, str(src))
+    _context_session(src, "1", tmp_path / "ctx.onnx")
+    with pytest.raises(ort.NotImplementedOp, match=f"EPContext.*a subgraph compiled for '{NAME}'"):
+        session_from_path(tmp_path / "ctx.onnx", providers=[CPU])
+
+
+def test_a_context_file_outside_the_model_folder_is_refused(tmp_path):
+    import onnx
+
+    model, _, _ = mixed_model(np.float32)
+    src = tmp_path / "mixed.onnx"
+    onnx.save(model, str(src))
+    _context_session(src, "0", tmp_path / "ctx.onnx")
+    saved = onnx.load(str(tmp_path / "ctx.onnx"))
+    for n in saved.graph.node:
+        for a in n.attribute:
+            if a.name == "ep_cache_context":
+                a.s = b"../../etc/passwd"
+    onnx.save(saved, str(tmp_path / "hostile.onnx"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(ort.NotImplementedOp):  # the example refuses it; nothing else can run it
+            ort.InferenceSession(str(tmp_path / "hostile.onnx"), providers=[NAME])
+    assert any("outside the model's folder" in str(w.message) for w in caught)
+
+
+def test_compiled_programs_are_cached_on_disk_by_subgraph_and_options(tmp_path, monkeypatch):
+    compiled = []
+    original = plugin.compile_program
+    monkeypatch.setattr(plugin, "compile_program", lambda sub, path=None: compiled.append(sub.name)
+                        or original(sub, path))
+    model, _, _ = mixed_model(np.float32)
+    options = {"cache_dir": str(tmp_path)}
+    first = session(model, [(NAME, options)])
+    assert len(compiled) == 3 and len(list(tmp_path.glob("*.blob"))) == 3
+    second = session(model, [(NAME, options)])  # every program comes from the cache
+    assert len(compiled) == 3
+    session(mixed_model(np.float64)[0], [(NAME, options)])  # other dtypes: another subgraph, compiled anew
+    assert len(compiled) == 6
+    feed = feeds(np.float32)
+    for g, e in zip(second.run(None, feed), first.run(None, feed)):
+        np.testing.assert_array_equal(g, e)
+
+
+def test_a_context_model_of_a_model_given_as_bytes_needs_a_file_path():
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    with pytest.raises(ort.InvalidArgument, match="set the session config entry 'ep.context_file_path'"):
+        session(mixed_model(np.float32)[0], sess_options=so)

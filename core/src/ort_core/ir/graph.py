@@ -24,6 +24,22 @@ def onnx_domain(domain: str) -> str:
     return "" if domain == "ai.onnx" else domain
 
 
+class RawText(str):
+    """A string attribute as text, keeping the exact bytes the model holds (``raw``): a binary payload
+    such as an EPContext node's compiled context survives the round trip even when it is not UTF-8."""
+
+    __slots__ = ("raw",)
+
+    def __new__(cls, raw: bytes) -> RawText:
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError:
+            text = raw.decode("latin-1")
+        self = super().__new__(cls, text)
+        self.raw = bytes(raw)
+        return self
+
+
 @dataclass
 class Node:
     """One operator application.

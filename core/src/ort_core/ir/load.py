@@ -19,7 +19,7 @@ from onnx import AttributeProto, numpy_helper
 from ..errors import ExternalDataError, InvalidGraph, InvalidProtobuf, NoSuchFile, OrtError
 from ..limits import DEFAULT_MAX_TENSOR_BYTES, MAX_TENSOR_BYTES_KEY
 from .external import MAX_SUBGRAPH_DEPTH, external_tensors, load_external_data, nesting_error
-from .graph import Graph, Model, Node, ValueInfo, onnx_domain
+from .graph import Graph, Model, Node, RawText, ValueInfo, onnx_domain
 from .isolated import infer_value_types
 from .types import ValueType, np_dtype
 
@@ -252,7 +252,4 @@ def _attr(a: onnx.AttributeProto, graph: Graph, label: str, max_tensor_bytes: in
 
 
 def _text(b: bytes) -> str:
-    try:
-        return b.decode("utf-8")
-    except UnicodeDecodeError:
-        return b.decode("latin-1")
+    return RawText(b)

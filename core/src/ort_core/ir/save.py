@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from .graph import Graph, Model, Node, ValueInfo
+from .graph import Graph, Model, Node, RawText, ValueInfo
 from .types import ValueType
 
 
@@ -69,6 +69,12 @@ def node_to_proto(node: Node) -> onnx.NodeProto:
 def _attr_to_proto(name: str, value: Any, attr_type: int | None) -> onnx.AttributeProto:
     if isinstance(value, onnx.AttributeProto):
         return value
+    if isinstance(value, RawText):
+        return helper.make_attribute(name, value.raw, attr_type=onnx.AttributeProto.STRING)
+    if isinstance(value, bytes):
+        return helper.make_attribute(name, value, attr_type=onnx.AttributeProto.STRING)
+    if isinstance(value, list) and value and isinstance(value[0], RawText):
+        value = [v.raw for v in value]
     if isinstance(value, np.ndarray):
         value = numpy_helper.from_array(value)
     elif isinstance(value, Graph):

@@ -8,6 +8,7 @@ library once, the ONNX-domain spelling, Constant-node values); the contract itse
 import pluggy
 
 from ..ir.graph import is_onnx_domain, onnx_domain
+from .context import ArtifactCache, context_blob, is_context_node
 from .kernel import ContextKernel, KernelContext
 from .loading import LoadOnce, missing_symbols
 from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph
@@ -15,6 +16,7 @@ from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
-__all__ = ["Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView", "KernelContext",
-           "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "UnsupportedSubgraph", "constant_node_value",
-           "constant_node_values", "hookimpl", "is_onnx_domain", "missing_symbols", "onnx_domain"]
+__all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
+           "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "UnsupportedSubgraph",
+           "constant_node_value", "constant_node_values", "context_blob", "hookimpl", "is_context_node",
+           "is_onnx_domain", "missing_symbols", "onnx_domain"]

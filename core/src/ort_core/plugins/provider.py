@@ -140,6 +140,13 @@ class ExecutionProvider:
         safe to call from several threads at once; never modifies its inputs."""
         raise NotImplementedError(f"{type(self).__name__} does not implement compile_subgraph")
 
+    def export_context(self, subgraph: FusedSubgraph) -> bytes | None:
+        """The compiled artifact of a subgraph this instance compiled, to be saved in an EPContext node
+        (session config ``ep.context_enable``), or None when it has none. A provider that exports contexts
+        also claims its own EPContext nodes (``ort_core.plugins.is_context_node(node, self.name)``) and
+        compiles them from ``context_blob(node, self.session.model_path)`` without compiling again."""
+        return None
+
     # -------------------------------------------------------------------- memory
     def allocator(self, device: Device) -> Allocator:
         """The allocator for values on ``device`` (one of ``self.devices``)."""

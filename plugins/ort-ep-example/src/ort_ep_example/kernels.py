@@ -8,6 +8,7 @@ to its SDK here instead, and enqueue the compiled engine on its stream.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -15,9 +16,11 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto
 
-from ort_core.plugins import ContextKernel, FusedSubgraph, KernelContext
+from ort_core.plugins import ContextKernel, FusedSubgraph, KernelContext, context_blob, is_context_node
 
 from .memory import view
+
+PROVIDER = "ExampleExecutionProvider"
 
 NEWEST_OPSET = 28
 """The newest default-domain opset these ops were checked against (onnx 1.23). A later opset
@@ -120,18 +123,57 @@ def unsupported_reason(node: Any, opset: int, type_of: Callable[[str], Any]) -> 
     return None
 
 
-def compile_subgraph(subgraph: FusedSubgraph) -> ContextKernel:
-    """A kernel of contract v2 for ``subgraph``: called with a KernelContext holding one device tensor per
-    ``subgraph.inputs``, it works out the output shapes on the host, takes the output buffers from the
-    context (pre-allocated by the core where the model fixes their shape) and enqueues the arithmetic on
-    the run's stream. Raises ValueError for a node it cannot run."""
+Program = list[tuple[str, tuple[str, ...], str]]
+"""What this provider compiles a subgraph into: (op type, input names, output name) per step, in order.
+It is also the compiled context it saves in EPContext nodes (``program_to_bytes``)."""
+
+CONTEXT_FORMAT = "ort-ep-example-program/1"
+
+
+def compile_program(subgraph: FusedSubgraph, model_path: str | None = None) -> Program:
+    """The program of ``subgraph``: its nodes checked one by one, or, for an EPContext node of this provider,
+    the program saved in it (loaded, not compiled again). Raises ValueError for a node it cannot run."""
     opset = subgraph.opsets.get("", 0)
-    steps = []
+    program: Program = []
     for node in subgraph.nodes:
+        if is_context_node(node, PROVIDER):
+            program += program_from_bytes(context_blob(node, model_path), node.label)
+            continue
         why = unsupported_reason(node, opset, subgraph.graph.type_of)
         if why is not None:
             raise ValueError(f"{node.label}: {why}")
-        steps.append((OPS[node.op_type], tuple(node.inputs), node.outputs[0], node.label))
+        program.append((node.op_type, tuple(node.inputs), node.outputs[0]))
+    return program
+
+
+def program_to_bytes(program: Program) -> bytes:
+    return json.dumps({"format": CONTEXT_FORMAT, "steps": [[op, list(ins), out] for op, ins, out in program]}).encode()
+
+
+def program_from_bytes(blob: bytes, label: str) -> Program:
+    """A saved program, checked step by step (the bytes come from a model file: trust nothing)."""
+    try:
+        data = json.loads(blob.decode("utf-8"))
+        assert data.get("format") == CONTEXT_FORMAT, f"format {data.get('format')!r}, expected {CONTEXT_FORMAT!r}"
+        program = []
+        for op, ins, out in data["steps"]:
+            assert op in OPS, f"unknown op {op!r}"
+            assert len(ins) == OPS[op].arity and all(isinstance(i, str) and i for i in (*ins, out)), \
+                f"bad operands for {op}"
+            program.append((op, tuple(ins), out))
+        return program
+    except (AssertionError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{label}: its context is not a valid {CONTEXT_FORMAT} program ({e})") from None
+
+
+def compile_subgraph(subgraph: FusedSubgraph, program: Program | None = None) -> ContextKernel:
+    """A kernel of contract v2 for ``subgraph`` (or its ``program``, when already made): called with a
+    KernelContext holding one device tensor per ``subgraph.inputs``, it works out the output shapes on the
+    host, takes the output buffers from the context (pre-allocated by the core where the model fixes their
+    shape) and enqueues the arithmetic on the run's stream. Raises ValueError for a node it cannot run."""
+    if program is None:
+        program = compile_program(subgraph)
+    steps = [(OPS[op], ins, out, f"{op} -> '{out}'") for op, ins, out in program]
     inputs = tuple(subgraph.inputs)
     out_index = {name: k for k, name in enumerate(subgraph.outputs)}
     # Resolved once here so a call is only a walk over ``steps``; nothing is stored between

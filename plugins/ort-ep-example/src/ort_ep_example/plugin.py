@@ -9,16 +9,17 @@ from __future__ import annotations
 
 import threading
 
-from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
+from ort_core.plugins import ArtifactCache, Capability, ExecutionProvider, ProviderInfo, hookimpl, is_context_node
 
 from . import __version__
-from .kernels import compile_subgraph, unsupported_reason
+from .kernels import compile_program, compile_subgraph, program_from_bytes, program_to_bytes, unsupported_reason
 from .memory import ALLOCATOR, DEVICE, TRANSFER, unavailable_reason
 from .stream import RunStream, Worker
 
 NAME = "ExampleExecutionProvider"
-OPTIONS = {"device_id": "0"}
-"""The provider options it accepts, with their defaults: the core refuses any other name, listing these."""
+OPTIONS = {"device_id": "0", "cache_dir": ""}
+"""The provider options it accepts, with their defaults: the core refuses any other name, listing these.
+``cache_dir``: a folder where compiled programs are kept between sessions (none by default)."""
 
 
 def _info() -> ProviderInfo:
@@ -56,6 +57,9 @@ class ExampleProvider(ExecutionProvider):
         super().__init__(info, options, session, (DEVICE,))
         self._worker: Worker | None = None
         self._lock = threading.Lock()
+        self._programs: dict[str, list] = {}  # subgraph name -> compiled program, for export_context
+        folder = str(self.options.get("cache_dir", "") or "")
+        self._cache = ArtifactCache(folder) if folder else None
 
     def stream(self) -> RunStream:
         """A stream for one run on this instance's worker (one per run, so runs keep their errors apart)."""
@@ -80,7 +84,8 @@ class ExampleProvider(ExecutionProvider):
         opset = graph.opset("")
         claimed, declined = [], {}
         for node in graph.nodes():
-            why = unsupported_reason(node, opset, graph.type_of)
+            # its own EPContext nodes (saved by export_context) load without compiling again
+            why = None if is_context_node(node, NAME) else unsupported_reason(node, opset, graph.type_of)
             if why is None:
                 claimed.append(node.id)
             else:
@@ -90,7 +95,23 @@ class ExampleProvider(ExecutionProvider):
         return Capability(tuple(claimed), declined, fuse=True)
 
     def compile_subgraph(self, subgraph):
-        return compile_subgraph(subgraph)
+        cache, key = self._cache, None
+        program = None
+        if cache is not None:  # keyed by the subgraph, this provider's version, options and device
+            key = cache.key(NAME, __version__, self.options, self.device, subgraph)
+            blob = cache.get(key)
+            program = None if blob is None else program_from_bytes(blob, subgraph.name)
+        if program is None:
+            program = compile_program(subgraph, self.session.model_path)
+            if cache is not None:
+                cache.put(key, program_to_bytes(program))
+        self._programs[subgraph.name] = program
+        return compile_subgraph(subgraph, program)
+
+    def export_context(self, subgraph):
+        """The compiled program of a subgraph, for an EPContext node (session config ep.context_enable)."""
+        program = self._programs.get(subgraph.name)
+        return None if program is None else program_to_bytes(program)
 
     def allocator(self, device):
         if device != DEVICE:

@@ -11,7 +11,7 @@ from ...errors import KernelError
 from ...ir.graph import onnx_domain
 from ...memory import HOST, HostAllocator
 from ...memory.arena import host_arena
-from ...plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
+from ...plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl, is_context_node
 from . import ops  # noqa: F401  (importing registers the kernels)
 from .registry import lookup, outer_scope_names
 
@@ -52,6 +52,9 @@ class CPUProvider(ExecutionProvider):
             opset = graph.opset(node.domain)
             if graph.custom_op(node) is not None or lookup(node.domain, node.op_type, opset) is not None:
                 claimed.append(node.id)
+            elif is_context_node(node):
+                declined[node.id] = (f"an EPContext node: a subgraph compiled for "
+                                     f"'{node.attrs.get('source', '?')}', which only that provider can load")
             else:
                 dom = f"{node.domain}::" if node.domain else ""
                 declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
