@@ -8,6 +8,7 @@ re-targets the plan for inputs already on a device and outputs wanted on one (IO
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -83,9 +84,27 @@ class ExecutionPlan:
         try:
             # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings
             with np.errstate(all="ignore"):
-                return self._run(feeds, want, run_options, route, ctx.max_tensor_bytes)
+                results = self._run(feeds, want, run_options, route, ctx.max_tensor_bytes)
         finally:
             limits.leave(token)
+        return self._unshared(results, feeds)
+
+    def _unshared(self, results: list[Any], feeds: dict[int, Any]) -> list[Any]:
+        """The results, each host array copied when it is not the caller's to keep: read-only, or memory
+        of a feed or of the session's constants (a Reshape or Identity of an input, a weight or folded
+        constant returned as is). Fresh kernel results are handed over without a copy."""
+        protected = self._constant_roots
+        for k, r in enumerate(results):
+            if type(r) is not np.ndarray:
+                continue
+            root = r if r.base is None else _root(r)
+            if not r.flags.writeable or id(root) in protected or _fed(root, feeds):
+                results[k] = r.copy()
+        return results
+
+    @functools.cached_property
+    def _constant_roots(self) -> frozenset[int]:
+        return frozenset(id(_root(v)) for v in self.template if type(v) is np.ndarray)
 
     def _run(self, feeds: dict[int, Any], want: Sequence[int], run_options, route: Route | None,
              max_bytes: int) -> list[Any]:
@@ -211,6 +230,21 @@ class ExecutionPlan:
         kept.reverse()
         steps = _with_releases(kept, self.keep | set(want))
         return Route(tuple(steps), size, inputs, tuple(want))
+
+
+def _fed(root: Any, feeds: dict[int, Any]) -> bool:
+    """Whether ``root`` owns the memory of one of the fed arrays."""
+    for f in feeds.values():
+        if type(f) is np.ndarray and (f is root or (f.base is not None and _root(f) is root)):
+            return True
+    return False
+
+
+def _root(a: np.ndarray) -> Any:
+    """The object owning an array's memory: the end of its chain of bases."""
+    while isinstance(a, np.ndarray) and a.base is not None:
+        a = a.base
+    return a
 
 
 def _copy_step(copy: Callable[[Any], Any], src: int, dst: int, label: str) -> Step:
