@@ -25,9 +25,10 @@ PICKY_SRC = """
                                   hookimpl)
 
     INFO = ProviderInfo("PickyExecutionProvider", description="test",
-                        options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0"})
+                        options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0", "fuse": "0"})
     EVENTS = []
     OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
+    FUSED = {"FusedMatMul": lambda a, w, b: a @ w + b}  # made by its transform (ort-core's fusion passes)
 
 
     class PickyProvider(ExecutionProvider):
@@ -36,9 +37,11 @@ PICKY_SRC = """
                                bakes_weights=self.options.get("bake") == "1")
 
         def get_capability(self, graph):
+            EVENTS.append(("capability",))
             if self.options.get("fail") == "capability":
                 raise RuntimeError("capability probe crashed")
-            ids = [n.id for n in graph.nodes() if n.op_type in OPS]
+            ops = {**OPS, "MatMul": np.matmul} if self.options.get("fuse") == "1" else OPS
+            ids = [n.id for n in graph.nodes() if n.op_type in ops]
             return Capability(tuple(ids), {n.id: "only Relu/Add/Mul" for n in graph.nodes() if n.id not in ids})
 
         def compile_subgraph(self, sub):
@@ -47,7 +50,8 @@ PICKY_SRC = """
             EVENTS.append(("subgraph", list(sub.inputs), sorted(sub.constants)))
             if self.options.get("refuse") in ops:
                 raise UnsupportedSubgraph(f"{self.options['refuse']} is too large for the test device")
-            steps = [(OPS[n.op_type], list(n.inputs), n.outputs[0]) for n in sub.nodes]
+            table = {**OPS, "MatMul": np.matmul, **FUSED}
+            steps = [(table[n.op_type], list(n.inputs), n.outputs[0]) for n in sub.nodes]
             inputs, outputs = list(sub.inputs), list(sub.outputs)
 
             def kernel(*xs):
@@ -58,6 +62,9 @@ PICKY_SRC = """
                 return [env[o] for o in outputs]
 
             return kernel
+
+        def transform(self, view):
+            return view.fuse() if self.options.get("fuse") == "1" else 0
 
         def close(self):
             EVENTS.append(("close", id(self)))
@@ -148,7 +155,7 @@ def test_instance_is_closed_when_its_session_goes_and_by_set_providers(picky):
 
 def test_unknown_option_of_a_v2_provider_names_the_valid_ones(picky):
     with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['refuse_op'\] for "
-                                                  f"'{PICKY}'; valid options: bake, fail, keep_qdq, refuse"):
+                                                  f"'{PICKY}'; valid options: bake, fail, fuse, keep_qdq, refuse"):
         ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse_op": "Add"})])
 
 
@@ -261,3 +268,41 @@ def test_weights_are_inputs_or_baked_as_the_provider_prefers(picky, bake):
     picky.EVENTS.clear()
     np.testing.assert_array_equal(sess.run(None, {"x": X})[0], np.maximum(X, 0) + [1, -2, 3, -4])
     assert picky.EVENTS == [("call", 1 if bake == "1" else 2)]
+
+
+def conv_sigmoid_relu_model():
+    """Relu(Sigmoid(Conv(x))): the CPU provider fuses Conv + Sigmoid; Picky takes the Relu."""
+    w = numpy_helper.from_array(np.random.default_rng(4).standard_normal((2, 1, 3, 3)).astype(np.float32), "w")
+    return make_model([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                       helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+                       helper.make_node("Relu", ["s"], ["y"], name="relu")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 5, 5])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 5, 5])], [w])
+
+
+def test_provider_fusions_do_not_partition_the_graph_again(picky):
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(conv_sigmoid_relu_model(), providers=[PICKY])
+    assert picky.EVENTS.count(("capability",)) == 1  # asked once, although the CPU provider fused after it
+    assert [(a.provider, a.op_types) for a in sess.get_provider_graph_assignment_info()] == [
+        ("CPUExecutionProvider", ("FusedConv",)), (PICKY, ("Relu",))]
+    assert sess._optimizer_stats["cpu_fusion"] == 1
+    x = np.random.default_rng(5).standard_normal((1, 1, 5, 5)).astype(np.float32)
+    (expected,) = ort.InferenceSession(conv_sigmoid_relu_model(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-6)
+
+
+def test_any_provider_may_fuse_its_own_nodes_with_the_fusion_passes(picky):
+    """A provider that runs ort-core's fused ops fuses its claimed nodes in its transform (no second
+    partitioning); the MatMul + bias Add it took arrive at its compile as one FusedMatMul."""
+    model = matmul_bias_relu_model()
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(model, providers=[(PICKY, {"fuse": "1"})])
+    assert [(a.provider, a.op_types) for a in sess.get_provider_graph_assignment_info()] == [
+        (PICKY, ("FusedMatMul", "Relu"))]
+    assert sess._optimizer_stats[f"transform:{PICKY}"] == 1
+    assert picky.EVENTS.count(("capability",)) == 1
+    x = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)
+    (expected,) = ort.InferenceSession(model).run(None, {"x": x})
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-5)

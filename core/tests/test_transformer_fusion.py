@@ -380,11 +380,11 @@ def test_float64_chains_fuse_and_float16_chains_do_not():
 
 def test_only_nodes_on_the_cpu_provider_are_fused():
     from ort_core.ir.load import load_model
-    from ort_core.optimizer.cpu_fusion import fuse_cpu_nodes
+    from ort_core.optimizer.cpu_fusion import fuse_nodes
 
     model = load_model(bert_model(layers=1), infer_shapes="in_process")
     softmax = {n.id for n in model.graph.nodes if n.op_type == "Softmax"}
-    fuse_cpu_nodes(model, {n.id for n in model.graph.nodes} - softmax)  # as if another provider took Softmax
+    fuse_nodes(model, {n.id for n in model.graph.nodes} - softmax)  # as if another provider took Softmax
     ops = [n.op_type for n in model.graph.nodes]
     assert "Attention" not in ops and "Softmax" in ops and ops.count("SkipLayerNorm") == 2 and "Gelu" in ops
 

@@ -10,7 +10,7 @@ The session decides the order of the pipeline; this module holds no session stat
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -18,10 +18,11 @@ from .errors import KernelError, NotImplementedOp, OrtError, OrtWarning, PluginE
 from .ir.graph import Graph, Node, outer_scope_reads
 from .limits import check_terminated, current
 from .memory.device import HOST
-from .partition import partition
+from .partition import partition, recut
 from .planning import Placed, build_plan
 from .plugins.manager import CPU
 from .plugins.provider import UnsupportedSubgraph
+from .plugins.types import TransformView
 
 
 @dataclass
@@ -63,26 +64,44 @@ class Placement:
             self.instances.pop(name).close()
 
 
-def place(graph: Graph, where: Placement, fuse: Callable[[Any], int] | None = None) -> tuple[Any, dict[int, Any]]:
+def place(graph: Graph, where: Placement, model: Any = None) -> tuple[Any, dict[int, Any]]:
     """Partition ``graph`` and compile until every subgraph has a kernel -> (partition, id(subgraph) -> kernel).
 
-    A subgraph a provider hands back (UnsupportedSubgraph) goes to the next provider for just those
-    nodes; a provider whose plugin fails is dropped (``Placement.drop``). Kernels compiled before such a retry are
-    kept (keyed by provider and node ids), so nothing is compiled twice. ``fuse(partition)`` rewrites the
-    graph for the placement found (the CPU provider's fusions) and returns how many nodes it changed; the
-    changed graph is then partitioned again.
+    With ``model`` (the main graph's), each provider first rewrites its own nodes (``transform``: the
+    CPU provider's fusions), and the placement is cut again without asking anyone twice. A subgraph a
+    provider hands back (UnsupportedSubgraph) goes to the next provider for just those nodes; a provider
+    whose plugin fails is dropped (``Placement.drop``). Kernels compiled before such a retry are kept
+    (keyed by provider and node ids), so nothing is compiled twice.
     """
     excluded: dict[str, set[int]] = {}
     handed_back: dict[str, list[str]] = {}
     compiled: dict[tuple[str, tuple[int, ...]], Any] = {}
     while True:
         part = _partition(graph, where, excluded)
-        if fuse is not None and fuse(part):
-            part = _partition(graph, where, excluded)
+        if model is not None and _transform(model, part, where):
+            part = recut(graph, where.opsets, part, where.custom_ops, where.baking)
+            for _, sub in part.subgraphs:
+                sub.bodies = where.bodies
         part.handed_back = handed_back
         if _compile_all(part, where, compiled, excluded, handed_back):
             kernels = {id(sub): compiled[(p, tuple(n.id for n in sub.nodes))] for p, sub in part.subgraphs}
             return part, kernels
+
+
+def _transform(model: Any, part, where: Placement) -> int:
+    """Let each provider rewrite the nodes it claimed; nodes a transform adds are that provider's."""
+    total = 0
+    for name in where.providers:
+        claimed = frozenset(i for i, p in part.assignment.items() if p == name)
+        if not claimed:
+            continue
+        count = where.instances[name].transform(TransformView(model, claimed))
+        part.transformed[name] = part.transformed.get(name, 0) + count
+        if count:
+            for node in model.graph.nodes:
+                part.assignment.setdefault(node.id, name)
+        total += count
+    return total
 
 
 def _partition(graph: Graph, where: Placement, excluded: dict[str, set[int]]):

@@ -33,13 +33,12 @@ def explain(session) -> str:
         lines += [f"        {_name(n)}" for n in nodes]
         i = j
     declined = [(p, r) for p, r in part.declined.items() if r and p in providers]
-    by_id = graph.nodes_by_id()
     if declined:
         lines += ["", "declined, with each provider's reason:"]
         for p, reasons in declined:
             lines.append(f"  {p}:")
             for nid, why in sorted(reasons.items()):
-                lines.append(f"    {_name(by_id[nid])}: {why}")
+                lines.append(f"    {_name(part.node(nid))}: {why}")
     bodies = session._bodies.placements
     if bodies:
         lines += ["", "graph bodies (If/Loop/Scan/SequenceMap/FlexAttention), placed like the main graph:"]

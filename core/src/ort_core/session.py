@@ -38,8 +38,7 @@ from .ir.validate import validate_model
 from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
 from .limits import current as current_limits
 from .memory.device import HOST
-from .optimizer import EXTENDED, optimize
-from .optimizer.cpu_fusion import fuse_cpu_nodes
+from .optimizer import optimize
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, default_transfers
 from .pipeline import BodyPlanner, Placement, place, placed_kernels
@@ -155,15 +154,10 @@ class InferenceSession:
         where = Placement(self._providers, self._instances, model.opset_imports, self._custom_ops, self._strict,
                           {p for p, pref in prefs.items() if pref.bakes_weights}, check_outputs, model.source)
         where.bodies = self._bodies = BodyPlanner(where)
-
-        def fuse_for_cpu(part) -> int:
-            if level < EXTENDED:
-                return 0
-            fused = fuse_cpu_nodes(model, {i for i, p in part.assignment.items() if p == CPU})
-            self._optimizer_stats["cpu_fusion"] = self._optimizer_stats.get("cpu_fusion", 0) + fused
-            return fused  # fused nodes exist only for the CPU provider: the graph is placed again
-
-        part, kernels = place(graph, where, fuse_for_cpu)
+        part, kernels = place(graph, where, model)
+        for provider, count in part.transformed.items():  # the providers' own rewrites (CPU: its fusions)
+            key = "cpu_fusion" if provider == CPU else f"transform:{provider}"
+            self._optimizer_stats[key] = count
         self._partition = part
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)

@@ -1,9 +1,10 @@
-"""CPU-provider fusions (level extended): Conv / Gemm + activation, MatMul + bias Add, and first the
+"""Provider fusions (level extended): Conv / Gemm + activation, MatMul + bias Add, and first the
 transformer fusions (LayerNorm, GELU, attention, SkipLayerNorm: one module each, beside this one).
 
-Run after partitioning and only on nodes the CPU provider took, so other providers still see the
-standard ops. The fused ops live in ort-core's own domain ``ort_core`` (documented in
-providers/cpu/ops/fused.py and fused_transformer.py, which run them); this module only rewrites the graph.
+Run after partitioning, as a provider's transform (``TransformView.fuse``), only on the nodes that
+provider took, so other providers still see the standard ops; the CPU provider uses them. The fused
+ops live in ort-core's own domain ``ort_core`` (documented in providers/cpu/ops/fused.py and
+fused_transformer.py, which run them); this module only rewrites the graph.
 """
 
 from __future__ import annotations
@@ -18,9 +19,9 @@ from .skip_layernorm_fusion import fuse_skip_layer_norms
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
 
 
-def fuse_cpu_nodes(model: Model, on_cpu: set[int]) -> int:
-    """Rewrite in place the patterns whose nodes are all in ``on_cpu`` (node ids); returns count."""
-    m = Matcher(model, on_cpu)
+def fuse_nodes(model: Model, node_ids: set[int]) -> int:
+    """Rewrite in place the patterns whose nodes are all in ``node_ids`` (one provider's); returns count."""
+    m = Matcher(model, node_ids)
     fused = _fuse_transformers(m)
     fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
     if fused:

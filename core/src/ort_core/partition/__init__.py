@@ -1,5 +1,5 @@
 """Partitioning: which provider runs which nodes, cut into subgraphs for compile."""
 
-from .partitioner import Partition, partition
+from .partitioner import Partition, partition, recut
 
-__all__ = ["Partition", "partition"]
+__all__ = ["Partition", "partition", "recut"]

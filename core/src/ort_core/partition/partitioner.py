@@ -27,15 +27,20 @@ class Partition:
     fused: dict[str, bool] = field(default_factory=dict)  # provider -> fuses its nodes
     failed: dict[str, str] = field(default_factory=dict)  # provider -> why its get_capability failed
     handed_back: dict[str, list[str]] = field(default_factory=dict)  # provider -> subgraphs its compile refused
+    transformed: dict[str, int] = field(default_factory=dict)  # provider -> rewrites its transform made
+    nodes: dict[int, Node] = field(default_factory=dict)  # every node placed, transforms' removals included
+
+    def node(self, node_id: int) -> Node:
+        """A node by id as it was placed (for messages: a transform may have removed it since)."""
+        return self.nodes[node_id]
 
     def summary(self, graph: Graph, providers: list[str]) -> list[str]:
         """One line per provider: how many nodes it took and which op types it declined."""
         total = len(graph.nodes)
         counts = Counter(self.assignment.values())
         lines = []
-        by_id = graph.nodes_by_id()
         for p in providers:
-            declined_ops = Counter(by_id[i].op_type for i in self.declined.get(p, {}))
+            declined_ops = Counter(self.node(i).op_type for i in self.declined.get(p, {}))
             line = f"{p}: {counts.get(p, 0)}/{total} nodes"
             if declined_ops and p != providers[-1]:
                 ops = ", ".join(f"{op} x{c}" for op, c in declined_ops.most_common(8))
@@ -59,7 +64,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=
     """
     order = topological_order(graph)
     unassigned = [n.id for n in order]
-    result = Partition([])
+    result = Partition([], nodes={n.id: n for n in order})
     fuse: dict[str, bool] = {}
     excluded = excluded or {}
     for ep in providers:
@@ -92,6 +97,20 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=
     for _, sub in result.subgraphs:
         sub.custom_ops = custom_ops
     return result
+
+
+def recut(graph: Graph, opsets: dict[str, int], part: Partition, custom_ops=None,
+          baking: set[str] | frozenset = frozenset()) -> Partition:
+    """The same placement cut again after providers rewrote their own nodes (transforms): nodes still in the
+    graph keep their provider, nodes a transform added belong to the provider whose nodes it rewrote (the
+    caller records them in ``part.assignment``); no provider is asked again."""
+    present = {n.id for n in graph.nodes}
+    part.assignment = {i: p for i, p in part.assignment.items() if i in present}
+    part.nodes.update((n.id, n) for n in graph.nodes)
+    part.subgraphs = _cut(graph, opsets, topological_order(graph), part.assignment, part.fused, baking)
+    for _, sub in part.subgraphs:
+        sub.custom_ops = custom_ops
+    return part
 
 
 def topological_order(graph: Graph) -> list[Node]:

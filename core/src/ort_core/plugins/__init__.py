@@ -12,11 +12,19 @@ from .context import ArtifactCache, context_blob, is_context_node
 from .kernel import ContextKernel, KernelContext
 from .loading import LoadOnce, missing_symbols
 from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph
-from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, constant_node_value, constant_node_values
+from .types import (
+    Capability,
+    FusedSubgraph,
+    GraphView,
+    ProviderInfo,
+    TransformView,
+    constant_node_value,
+    constant_node_values,
+)
 
 hookimpl = pluggy.HookimplMarker("ort_core")
 
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
-           "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "UnsupportedSubgraph",
-           "constant_node_value", "constant_node_values", "context_blob", "hookimpl", "is_context_node",
-           "is_onnx_domain", "missing_symbols", "onnx_domain"]
+           "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "TransformView",
+           "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "context_blob", "hookimpl",
+           "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain"]

@@ -23,7 +23,7 @@ from ..memory.protocols import Allocator, DataTransfer
 from . import hookspecs
 from .kernel import ContextKernel
 from .provider import ExecutionProvider, HookProvider, Preferences, SessionContext, UnsupportedSubgraph
-from .types import Capability, GraphView, ProviderInfo
+from .types import Capability, GraphView, ProviderInfo, TransformView
 
 ENTRY_POINT_GROUP = "ort_core.providers"
 CPU = "CPUExecutionProvider"
@@ -250,6 +250,12 @@ class SessionProvider:
         if len(set(claimed)) != len(claimed):
             raise self._bad("ort_get_capability", "claimed some node ids twice")
         return cap
+
+    def transform(self, view: TransformView) -> int:
+        """The provider's rewrite of its own nodes; a failure is an error naming the plugin (the graph may be
+        half rewritten, so the session cannot go on without it)."""
+        count = self._ask("transform", self.ep.transform, view)
+        return self._typed("transform", count, int, "expected the number of rewrites (an int)")
 
     def compile(self, subgraphs: list) -> list:
         """One kernel per subgraph, or an UnsupportedSubgraph in the place of one handed on."""

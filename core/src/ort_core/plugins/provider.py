@@ -18,7 +18,7 @@ from ..memory.device import Device
 from ..memory.host import HostAllocator, HostDataTransfer
 from ..memory.protocols import Allocator, DataTransfer
 from ..memory.stream import Stream
-from .types import Capability, FusedSubgraph, GraphView, ProviderInfo
+from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, TransformView
 
 Kernel = Callable[..., Sequence[Any]]
 
@@ -111,6 +111,12 @@ class ExecutionProvider:
     def get_capability(self, graph: GraphView) -> Capability:
         """Which offered nodes it takes (see ``hookspecs.ort_get_capability`` for the rules)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement get_capability")
+
+    def transform(self, view: TransformView) -> int:
+        """Rewrite its own claimed nodes after partitioning (fusions, layout changes): ``view.model`` in
+        place, only nodes in ``view.claimed``; ``view.fuse()`` applies ort-core's fusion passes. Returns how
+        many rewrites it made. Nothing is partitioned again: what it produces stays its own. Default: none."""
+        return 0
 
     # ------------------------------------------------------------------- compile
     def compile(self, subgraphs: Sequence[FusedSubgraph]) -> list[Kernel | UnsupportedSubgraph]:

@@ -19,6 +19,7 @@ from ..ir.graph import Graph, Node, ValueInfo, is_onnx_domain, onnx_domain
 from ..ir.save import node_to_proto, value_info_to_proto
 from ..ir.types import ValueType, elem_type_of
 from ..memory.device import HOST, Device
+from ..optimizer.cpu_fusion import fuse_nodes
 
 if TYPE_CHECKING:
     from ..customops import CustomOp, CustomOpRegistry
@@ -99,6 +100,25 @@ class GraphView:
         A provider may claim such a node and compile it its own way, or through ``op.bind(node, opset)``.
         """
         return _custom_op(self.custom_ops, self.opsets, node)
+
+
+@dataclass
+class TransformView:
+    """What a provider's ``transform`` may rewrite: the model, and the ids of the nodes it claimed.
+
+    A transform replaces only nodes in ``claimed`` (a replacement may keep one of their ids or take a new
+    one; either way it belongs to this provider) and leaves every other node alone. ``fuse()`` runs ort-core's
+    fusion passes over the claimed nodes (Conv/Gemm/BatchNormalization + activation, Conv + residual Add,
+    MatMul + bias, LayerNorm, GELU, attention, SkipLayerNorm into the ``ort_core`` fused ops documented in
+    the CPU provider's ``ops/fused.py`` and ``ops/fused_transformer.py``), for any provider that runs them.
+    """
+
+    model: Any  # an ort_core.ir.Model
+    claimed: frozenset[int]
+
+    def fuse(self) -> int:
+        """Fuse the claimed nodes' patterns in place; returns how many fusions were made."""
+        return fuse_nodes(self.model, set(self.claimed))
 
 
 def _custom_op(registry: Any, opsets: dict[str, int], node: Node):

@@ -18,6 +18,8 @@ from .registry import lookup, outer_scope_names
 NAME = "CPUExecutionProvider"
 
 
+EXTENDED_LEVEL = 2  # GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+
 OPTIONS = {"use_arena": "1"}
 """Provider options (onnxruntime's CPU provider takes ``use_arena`` too): "0" gives plain aligned
 numpy buffers instead of the pooled host arena for host values made through the allocator."""
@@ -59,6 +61,10 @@ class CPUProvider(ExecutionProvider):
                 dom = f"{node.domain}::" if node.domain else ""
                 declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
         return Capability(tuple(claimed), declined, fuse=False)
+
+    def transform(self, view):
+        """ort-core's fusions over its nodes, at optimization level extended and up."""
+        return view.fuse() if self.session.optimization_level >= EXTENDED_LEVEL else 0
 
     def compile_subgraph(self, subgraph):
         if len(subgraph.nodes) != 1:
