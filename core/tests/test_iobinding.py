@@ -391,3 +391,25 @@ def test_run_with_a_device_ortvalue_feeds_it_without_a_host_round_trip(monkeypat
     (y,) = sess.run(None, {"x": dev})
     np.testing.assert_array_equal(y, -np.maximum(x, 0))
     assert copies == [("example:0", "cpu:0")]  # only the output comes down; x never moves
+
+
+def test_a_device_output_outlives_its_session(model, cpu_session):
+    """The session's provider instance is closed when the session goes; a device value it produced keeps
+    its memory alive (the DeviceTensor's owner) and still reads back right."""
+    import gc
+
+    sess = device_session(model)
+    x, z = feed()
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", x)
+    binding.bind_cpu_input("z", z)
+    binding.bind_output("y", "example", 0)
+    sess.run_with_iobinding(binding)
+    (y,) = binding.get_outputs()
+    ep = sess._instances["ExampleExecutionProvider"].ep
+    del sess, binding
+    gc.collect()
+    assert ep.closed  # the instance was released with its session
+    filler = [ort.OrtValue.ortvalue_from_numpy(np.full((3, 5), 7, np.float32), "example", 0) for _ in range(20)]
+    np.testing.assert_allclose(y.numpy(), cpu_session.run(None, {"x": x, "z": z})[0], rtol=1e-6)
+    assert len(filler) == 20

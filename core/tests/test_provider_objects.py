@@ -306,3 +306,73 @@ def test_any_provider_may_fuse_its_own_nodes_with_the_fusion_passes(picky):
     x = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)
     (expected,) = ort.InferenceSession(model).run(None, {"x": x})
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-5)
+
+
+DUAL_SRC = """
+    import numpy as np
+    from ort_core.memory import Device
+    from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
+
+    DEVICES = (Device("dual", 0), Device("dual", 1))
+    INFO = ProviderInfo("DualExecutionProvider", DEVICES, description="test", options={"device_id": "0"})
+    COPIES = []
+
+
+    class Transfer:
+        def can_copy(self, src, dst):
+            return {src.type, dst.type} <= {"cpu", "dual"}
+
+        def copy(self, value, src, dst):
+            COPIES.append((str(src), str(dst)))
+            return np.array(value, copy=True)
+
+
+    class Dual(ExecutionProvider):
+        def get_capability(self, graph):
+            ids = [n.id for n in graph.nodes() if n.op_type == "Neg"]
+            return Capability(tuple(ids), {n.id: "Neg only" for n in graph.nodes() if n.id not in ids})
+
+        def compile_subgraph(self, sub):
+            return lambda x: [np.negative(x)]
+
+        def allocator(self, device):
+            from ort_core.memory import HostAllocator
+            return HostAllocator()
+
+        def data_transfer(self):
+            return Transfer()
+
+
+    @hookimpl
+    def ort_register_providers():
+        return [INFO]
+
+
+    @hookimpl
+    def ort_create_provider(provider, options, session):
+        k = int(options.get("device_id", 0))
+        if k not in (0, 1):
+            raise ValueError(f"device_id={k}: DualExecutionProvider has devices 0 and 1")
+        return Dual(INFO, options, session, devices=[DEVICES[k]])
+"""
+
+
+def test_the_device_id_option_chooses_the_instances_device(tmp_path, fresh_registry):
+    install_fake_plugin(tmp_path, "dual", DUAL_SRC, "ort_ep_dual_mod")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh_registry()
+    import ort_ep_dual_mod
+
+    model = make_model([helper.make_node("Neg", ["x"], ["y"])], [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                                               [3])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])])
+    x = np.array([1, -2, 3], np.float32)
+    for k in (0, 1):
+        with pytest.warns(ort.OrtWarning):
+            sess = ort.InferenceSession(model, providers=[("DualExecutionProvider", {"device_id": str(k)})])
+        ort_ep_dual_mod.COPIES.clear()
+        np.testing.assert_array_equal(sess.run(None, {"x": x})[0], -x)
+        assert ort_ep_dual_mod.COPIES == [("cpu:0", f"dual:{k}"), (f"dual:{k}", "cpu:0")]
+    with pytest.raises(ort.InvalidArgument, match="device_id=2: DualExecutionProvider has devices 0 and 1"):
+        ort.InferenceSession(model, providers=[("DualExecutionProvider", {"device_id": "2"})])
