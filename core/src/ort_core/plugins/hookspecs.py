@@ -10,9 +10,10 @@ and that is exposed through the entry-point group ``ort_core.providers``::
     myep = "ort_ep_myep.plugin"
 
 Contract v2: ``ort_create_provider`` makes one ``ort_core.plugins.ExecutionProvider`` object per
-session, whose methods answer the questions below; the module-level ``ort_get_capability`` /
-``ort_compile`` / ``ort_allocator`` / ``ort_data_transfer`` hooks are contract v1, still served for
-plugins that have no factory.
+session (``plugins/provider.py`` documents its methods: preferences, get_capability, transform,
+compile, export_context, allocator, data_transfer, stream, close); the module-level
+``ort_get_capability`` / ``ort_compile`` / ``ort_allocator`` / ``ort_data_transfer`` hooks below are
+contract v1, still served for plugins that have no factory (their answers follow the same rules).
 
 Routing: the core calls ``ort_register_providers`` on every plugin; every other hook is called
 *only on the plugin that registered the provider named in the call*, so a plugin never sees
@@ -22,6 +23,9 @@ calls for other plugins' providers. A plugin offering several providers receives
 Validation: the core checks every answer. A plugin that raises, or returns something that breaks
 the contract below, produces an ``OrtWarning`` naming the plugin and the problem; the provider is
 then skipped (sessions fall back to the next provider) and the core never crashes because of it.
+Exceptions: a bad option value (ValueError from the factory) is the user's error, an
+``InvalidArgument``; a failing ``transform`` is an error naming the plugin (the graph may be half
+rewritten); ``UnsupportedSubgraph`` from compile hands only that subgraph to the next provider.
 """
 
 from __future__ import annotations
