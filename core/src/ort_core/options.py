@@ -47,7 +47,14 @@ NOT_APPLIED: dict[str, tuple[object, str]] = {
 
 
 class SessionOptions:
-    """Per-session configuration (mirrors onnxruntime.SessionOptions)."""
+    """Per-session configuration (mirrors onnxruntime.SessionOptions). As there, setting an attribute it does
+    not have raises AttributeError: a misspelt option must not pass silently."""
+
+    __slots__ = ("graph_optimization_level", "execution_mode", "execution_order", "intra_op_num_threads",
+                 "inter_op_num_threads", "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
+                 "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads",
+                 "enable_profiling", "profile_file_prefix", "optimized_model_filepath", "_config",
+                 "_free_dims_by_name", "_custom_ops")
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -62,6 +69,7 @@ class SessionOptions:
         self.enable_mem_pattern = True
         self.enable_mem_reuse = True
         self.use_deterministic_compute = False
+        self.use_per_session_threads = True
         self.enable_profiling = False
         self.profile_file_prefix = "onnxruntime_profile_"
         self.optimized_model_filepath = ""
@@ -108,7 +116,11 @@ class SessionOptions:
 
 
 class RunOptions:
-    """Per-run configuration; ``terminate = True`` (from any thread) stops a run between steps."""
+    """Per-run configuration; ``terminate = True`` (from any thread) stops a run between steps. Setting an
+    attribute it does not have raises AttributeError, as in onnxruntime."""
+
+    __slots__ = ("log_severity_level", "log_verbosity_level", "logid", "run_tag", "terminate",
+                 "only_execute_path_to_fetches", "_config")
 
     def __init__(self) -> None:
         self.log_severity_level = 2

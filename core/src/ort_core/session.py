@@ -199,7 +199,7 @@ class InferenceSession:
                 return [o.numpy() for o in outs]
             feeds[self._input_slots[name]] = check_feed(self._feedable_arg(name), value)
         self._check_all_fed(input_feed)
-        if output_names is None:
+        if not output_names:  # None or [] (as in onnxruntime): every output
             want, names = self._all_output_slots, self._all_output_names
         else:
             names = list(output_names)
@@ -271,7 +271,13 @@ class InferenceSession:
         return self._sess_options
 
     def set_providers(self, providers=None, provider_options=None) -> None:
-        """Rebuild the session for another provider list (as onnxruntime allows)."""
+        """Rebuild the session for another provider list (as onnxruntime allows); an unknown provider name
+        raises (onnxruntime's RuntimeError, as Fail), naming it."""
+        registry = get_registry()
+        for entry in [providers] if isinstance(providers, str) else (providers or []):
+            name = entry[0] if isinstance(entry, (tuple, list)) else entry
+            if isinstance(name, str) and name not in registry.providers:
+                raise Fail(f"Unknown Provider Type: {name} (installed: {', '.join(sorted(registry.providers))})")
         self._use_providers(get_registry(), providers, provider_options)
         with run_context(self._limits):
             self._build()
@@ -313,7 +319,7 @@ class InferenceSession:
             raise InvalidArgument(f"input_dict_ort_values must be a dict of input name -> OrtValue, "
                                   f"got {type(input_dict_ort_values).__name__}")
         inputs = {n: v if isinstance(v, OrtValue) else OrtValue(v, HOST) for n, v in input_dict_ort_values.items()}
-        names = list(self._output_slots) if output_names is None else list(output_names)
+        names = list(self._output_slots) if not output_names else list(output_names)
         values = _run_placed(self, inputs, [(n, HOST) for n in names], run_options)
         return [OrtValue(v, HOST) for v in values]
 
