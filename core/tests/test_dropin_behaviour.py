@@ -74,3 +74,62 @@ def test_the_documented_options_can_be_set(rt):
     ro.only_execute_path_to_fetches = True
     ro.logid = "run-1"
     assert so.log_severity_level == 3 and ro.logid == "run-1"
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_a_model_of_a_newer_ir_version_is_refused(rt):
+    model = _two_outputs_model()
+    model.ir_version = 99
+    with pytest.raises(Exception, match="(?i)unsupported model ir version.*99"):
+        rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+
+@pytest.fixture
+def process_seed_restored():
+    from ort_core.providers.cpu.ops import random as random_ops
+
+    yield
+    random_ops._process_seed[0] = None  # later tests draw fresh entropy again
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_set_seed_makes_random_ops_without_a_seed_reproducible(rt, process_seed_restored):
+    vi = helper.make_tensor_value_info
+    model = make_model([helper.make_node("RandomNormal", [], ["y"], shape=[4], dtype=TensorProto.FLOAT)], [],
+                       [vi("y", TensorProto.FLOAT, [4])])
+    rt.set_seed(7)  # onnxruntime seeds a session's random kernels when it is made: seed first
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    first = [sess.run(None, {})[0] for _ in range(3)]
+    rt.set_seed(7)
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    again = [sess.run(None, {})[0] for _ in range(3)]
+    for a, b in zip(first, again):
+        np.testing.assert_array_equal(a, b)
+    assert not np.array_equal(first[0], first[1])  # a sequence, not one value repeated
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_module_level_calls_exist(rt):
+    assert isinstance(rt.get_build_info(), str) and rt.get_build_info()
+    rt.disable_telemetry_events()
+    rt.set_default_logger_severity(3)
+    rt.set_default_logger_severity(2)
+    assert rt.get_device() in ("CPU", "GPU")
+    assert "CPUExecutionProvider" in rt.get_available_providers()
+
+
+def test_severity_three_silences_ort_cores_warnings(recwarn):
+    import warnings
+
+    model = _two_outputs_model().SerializeToString()
+    ort_core.set_default_logger_severity(3)
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("default")
+            ort_core.set_default_logger_severity(3)
+            ort_core.InferenceSession(model, providers=["NoSuchExecutionProvider"])
+        assert not [w for w in caught if issubclass(w.category, ort_core.OrtWarning)]
+    finally:
+        ort_core.set_default_logger_severity(2)
+    with pytest.warns(ort_core.OrtWarning, match="NoSuchExecutionProvider"):
+        ort_core.InferenceSession(model, providers=["NoSuchExecutionProvider"])

@@ -79,10 +79,48 @@ def get_version_string() -> str:
     return __version__
 
 
+def get_build_info() -> str:
+    """What this ort-core runs on (onnxruntime's call; ort-core is a pure Python wheel)."""
+    import sys
+
+    import numpy
+    import onnx
+
+    return (f"ort-core {__version__}, Python {sys.version.split()[0]}, numpy {numpy.__version__}, "
+            f"onnx {onnx.__version__}")
+
+
+def set_seed(seed: int) -> None:
+    """Make random ops without a ``seed`` attribute reproducible in this process (as onnxruntime.set_seed)."""
+    from .providers.cpu.ops.random import set_seed as _set_seed
+
+    _set_seed(seed)
+
+
+def set_default_logger_severity(severity: int) -> None:
+    """0 verbose, 1 info, 2 warning (default), 3 error, 4 fatal, as onnxruntime: from 3 on, ort-core's own
+    warnings (OrtWarning) are silenced in this process."""
+    import warnings
+
+    if not isinstance(severity, int) or not 0 <= severity <= 4:
+        raise InvalidArgument(f"severity must be an int from 0 (verbose) to 4 (fatal), got {severity!r}")
+    warnings.filterwarnings("ignore" if severity >= 3 else "default", category=OrtWarning)
+
+
+def disable_telemetry_events() -> None:
+    """Accepted for onnxruntime code: ort-core collects and sends no telemetry."""
+
+
+def enable_telemetry_events() -> None:
+    """Accepted for onnxruntime code: ort-core collects and sends no telemetry."""
+
+
 __all__ = [
     "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "ExternalDataError", "Fail",
     "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
     "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtValue", "OrtWarning",
-    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "blas_info", "custom_op", "get_all_providers",
-    "get_available_providers", "get_device", "get_version_string", "register_custom_op", "unregister_custom_op",
+    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "blas_info", "custom_op",
+    "disable_telemetry_events", "enable_telemetry_events", "get_all_providers", "get_available_providers",
+    "get_build_info", "get_device", "get_version_string", "register_custom_op", "set_default_logger_severity",
+    "set_seed", "unregister_custom_op",
 ]

@@ -124,6 +124,9 @@ def _parse(data: bytes, label: str) -> onnx.ModelProto:
 
 
 def _model_from_proto(proto: onnx.ModelProto, label: str, max_tensor_bytes: int) -> Model:
+    if proto.ir_version > onnx.IR_VERSION:  # as onnxruntime: a newer IR may mean things this reader misses
+        raise InvalidGraph(f"{label}: unsupported model IR version {proto.ir_version}; the newest this ort-core "
+                           f"reads is {onnx.IR_VERSION} (onnx {onnx.__version__})")
     opsets: dict[str, int] = {}
     for op in proto.opset_import:
         dom = onnx_domain(op.domain)

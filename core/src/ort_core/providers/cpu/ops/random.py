@@ -6,6 +6,7 @@ call); without one each call draws anew. Draws do not match other runtimes' (the
 from __future__ import annotations
 
 import math
+import threading
 
 import ml_dtypes
 import numpy as np
@@ -34,8 +35,22 @@ def _seed_of(node: Node):
     return int(np.float64(seed).view(np.uint64))
 
 
+_process_seed: list = [None]  # set_seed's generator, which seeds the draws of nodes without a seed
+_process_lock = threading.Lock()
+
+
+def set_seed(seed: int) -> None:
+    """From now on, random nodes without a ``seed`` attribute draw a reproducible sequence in this process
+    (onnxruntime.set_seed); nodes with one are unaffected."""
+    with _process_lock:
+        _process_seed[0] = np.random.default_rng(int(seed))
+
+
 def _generator(seed) -> np.random.Generator:
     # a Generator per call: runs never share state, so threads and repeated runs stay independent
+    if seed is None and _process_seed[0] is not None:
+        with _process_lock:
+            seed = int(_process_seed[0].integers(0, 1 << 63))
     return np.random.default_rng(seed)
 
 
