@@ -133,3 +133,19 @@ def test_severity_three_silences_ort_cores_warnings(recwarn):
         ort_core.set_default_logger_severity(2)
     with pytest.warns(ort_core.OrtWarning, match="NoSuchExecutionProvider"):
         ort_core.InferenceSession(model, providers=["NoSuchExecutionProvider"])
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_every_way_of_writing_a_free_dimension_is_free(rt):
+    """dim_param, an empty name, no value, and a negative value (paddle2onnx writes -1) are all free."""
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 4, 5])
+    dims = x.type.tensor_type.shape.dim
+    dims[1].dim_value = -1
+    dims[2].Clear()  # no value at all
+    dims[3].dim_param = ""
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [x],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape == ["batch", None, None, None]
+    (y,) = sess.run(None, {"x": -np.ones((2, 6, 1, 7), np.float32)})
+    assert y.shape == (2, 6, 1, 7) and not y.any()

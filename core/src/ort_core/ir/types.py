@@ -95,10 +95,7 @@ class ValueType:
             t = getattr(tp, which)
             shape = None
             if t.HasField("shape"):
-                shape = tuple(
-                    d.dim_value if d.HasField("dim_value") else (d.dim_param or None)
-                    for d in t.shape.dim
-                )
+                shape = tuple(_dim(d) for d in t.shape.dim)
             kind = "tensor" if which == "tensor_type" else "sparse_tensor"
             return ValueType(kind, t.elem_type, shape, f"{kind}({elem_type_name(t.elem_type)})")
         if which == "sequence_type":
@@ -117,3 +114,12 @@ class ValueType:
     def tensor(elem_type: int, shape) -> ValueType:
         shape = None if shape is None else tuple(shape)
         return ValueType("tensor", elem_type, shape, f"tensor({elem_type_name(elem_type)})")
+
+
+def _dim(d) -> int | str | None:
+    """One dimension as read from a model: its size, its symbolic name, or None when free. Every way a
+    dimension can be free is free: a name, no value, an empty name, or a negative value (some exporters
+    write -1), as onnxruntime reads them."""
+    if d.HasField("dim_value"):
+        return d.dim_value if d.dim_value >= 0 else None
+    return d.dim_param or None
