@@ -149,3 +149,25 @@ def test_every_way_of_writing_a_free_dimension_is_free(rt):
     assert sess.get_inputs()[0].shape == ["batch", None, None, None]
     (y,) = sess.run(None, {"x": -np.ones((2, 6, 1, 7), np.float32)})
     assert y.shape == (2, 6, 1, 7) and not y.any()
+
+
+def _batch_model():
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3])
+    x.type.tensor_type.shape.dim[0].denotation = "DATA_BATCH"
+    return make_model([helper.make_node("Relu", ["x"], ["y"])], [x],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 3])]).SerializeToString()
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("how", ["name", "denotation"])
+def test_a_free_dimension_override_fixes_the_dimension(rt, how):
+    so = rt.SessionOptions()
+    if how == "name":
+        so.add_free_dimension_override_by_name("batch", 2)
+    else:
+        so.add_free_dimension_override_by_denotation("DATA_BATCH", 2)
+    sess = rt.InferenceSession(_batch_model(), so, providers=["CPUExecutionProvider"])
+    assert sess.get_inputs()[0].shape == [2, 3]
+    assert sess.run(None, {"x": np.ones((2, 3), np.float32)})[0].shape == (2, 3)
+    with pytest.raises(Exception, match="(?i)dimension|dim"):  # another batch size is refused
+        sess.run(None, {"x": np.ones((4, 3), np.float32)})

@@ -14,6 +14,7 @@ from typing import Any
 
 from .customops.registry import CustomOpRegistry
 from .errors import OrtWarning
+from .ir.dimensions import check_override
 
 
 class GraphOptimizationLevel(enum.IntEnum):
@@ -54,7 +55,7 @@ class SessionOptions:
                  "inter_op_num_threads", "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
                  "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads",
                  "enable_profiling", "profile_file_prefix", "optimized_model_filepath", "_config",
-                 "_free_dims_by_name", "_custom_ops")
+                 "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops")
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -75,6 +76,7 @@ class SessionOptions:
         self.optimized_model_filepath = ""
         self._config: dict[str, str] = {}
         self._free_dims_by_name: dict[str, int] = {}
+        self._free_dims_by_denotation: dict[str, int] = {}
         self._custom_ops = CustomOpRegistry()
 
     def add_session_config_entry(self, key: str, value: str) -> None:
@@ -86,7 +88,14 @@ class SessionOptions:
         return self._config[key]
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
-        self._free_dims_by_name[dim_name] = int(dim_value)
+        """Fix the symbolic dimension ``dim_name`` to ``dim_value`` (shown by get_inputs(), enforced on run)."""
+        name, size = check_override("name", dim_name, dim_value)
+        self._free_dims_by_name[name] = size
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        """Fix every dimension denoted ``dim_denotation`` (such as "DATA_BATCH") to ``dim_value``."""
+        denotation, size = check_override("denotation", dim_denotation, dim_value)
+        self._free_dims_by_denotation[denotation] = size
 
     def register_custom_op(self, *ops: Any) -> None:
         """Register custom ops (``ort_core.custom_op`` / ``ort_core.CustomOp``) for sessions using these

@@ -31,6 +31,7 @@ from .errors import (
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .iobinding import IOBinding, checked_input
 from .ir import Model, load_model, save_model
+from .ir.dimensions import override_free_dimensions
 from .ir.isolated import MODES as INFERENCE_MODES
 from .ir.isolated import prestart as prestart_inference_helper
 from .ir.load import EXTERNAL_FOLDER_KEY
@@ -104,6 +105,8 @@ class InferenceSession:
         # refuses malformed graphs (cycles, values defined twice or never, unknown domains and
         # opsets) before any pass walks the graph
         validate_model(self._model, {op.domain for op in self._custom_ops})
+        override_free_dimensions(self._model, self._sess_options._free_dims_by_name,
+                                 self._sess_options._free_dims_by_denotation)
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
         self._context = SessionContext(dict(config), self._model_path, int(self._sess_options.graph_optimization_level))
         # provider instances of this session, closed when it is garbage-collected or at exit

@@ -93,6 +93,9 @@ def value_info_to_proto(v: ValueInfo) -> onnx.ValueInfoProto:
     t = v.type
     if t.kind == "tensor":
         vi = helper.make_tensor_value_info(v.name, t.elem_type, t.shape)
+        for d, denotation in zip(vi.type.tensor_type.shape.dim, t.denotations or ()):
+            if denotation:
+                d.denotation = denotation
     elif t.kind == "unknown":
         vi = helper.make_empty_tensor_value_info(v.name)
     else:

@@ -87,6 +87,7 @@ class ValueType:
     elem_type: int = 0
     shape: tuple | None = None
     text: str = "unknown"
+    denotations: tuple | None = None  # per dim, its denotation ("DATA_BATCH", ...) or None; None: none at all
 
     @staticmethod
     def from_proto(tp) -> ValueType:
@@ -94,10 +95,13 @@ class ValueType:
         if which == "tensor_type" or which == "sparse_tensor_type":
             t = getattr(tp, which)
             shape = None
+            denotations = None
             if t.HasField("shape"):
                 shape = tuple(_dim(d) for d in t.shape.dim)
+                if any(d.denotation for d in t.shape.dim):
+                    denotations = tuple(d.denotation or None for d in t.shape.dim)
             kind = "tensor" if which == "tensor_type" else "sparse_tensor"
-            return ValueType(kind, t.elem_type, shape, f"{kind}({elem_type_name(t.elem_type)})")
+            return ValueType(kind, t.elem_type, shape, f"{kind}({elem_type_name(t.elem_type)})", denotations)
         if which == "sequence_type":
             inner = ValueType.from_proto(tp.sequence_type.elem_type)
             return ValueType("sequence", inner.elem_type, None, f"seq({inner.text})")
