@@ -138,6 +138,10 @@ def test_thread_and_parallel_options_warn_that_they_have_no_effect(relu_add_mode
     with warnings.catch_warnings():
         warnings.simplefilter("error", ort.OrtWarning)  # defaults: nothing to say
         ort.InferenceSession(relu_add_model.SerializeToString(), ort.SessionOptions())
+        sequential = ort.SessionOptions()  # what a voice-activity library sets: one inter-op thread is sequential
+        sequential.inter_op_num_threads = 1
+        sequential.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        ort.InferenceSession(relu_add_model.SerializeToString(), sequential)
 
 
 def test_run_options_terminate(relu_add_model):

@@ -36,14 +36,15 @@ class ExecutionOrder(enum.IntEnum):
     MEMORY_EFFICIENT = 2
 
 
-# attribute -> (default, what ort-core does instead); setting one to anything else warns, once per session,
-# that it has no effect (code written for onnxruntime sets them often: they must not pass silently)
+# attribute -> (values ort-core honours as they are, what it does instead); setting one to anything else warns,
+# once per session, that it has no effect (code written for onnxruntime sets them often: they must not pass
+# silently, and the values that mean what ort-core does anyway must not warn)
 NOT_APPLIED: dict[str, tuple[object, str]] = {
-    "intra_op_num_threads": (0, "the CPU provider's matrix products run on numpy's BLAS thread pool (set "
+    "intra_op_num_threads": ((0,), "the CPU provider's matrix products run on numpy's BLAS thread pool (set "
                                 "OPENBLAS_NUM_THREADS or OMP_NUM_THREADS before numpy is imported); other "
                                 "providers take a thread option of their own (DnnlExecutionProvider: num_threads)"),
-    "inter_op_num_threads": (0, "nodes run one after another (ORT_SEQUENTIAL)"),
-    "execution_mode": (0, "nodes run one after another (ORT_SEQUENTIAL)"),
+    "inter_op_num_threads": ((0, 1), "nodes run one after another (ORT_SEQUENTIAL)"),
+    "execution_mode": ((0,), "nodes run one after another (ORT_SEQUENTIAL)"),
 }
 
 
@@ -116,9 +117,9 @@ class SessionOptions:
 
     def warn_unapplied(self) -> None:
         """An OrtWarning for each option set away from its default that ort-core does not apply."""
-        for attr, (default, instead) in NOT_APPLIED.items():
+        for attr, (honoured, instead) in NOT_APPLIED.items():
             value = getattr(self, attr)
-            if value != default:
+            if value not in honoured:
                 shown = value.name if isinstance(value, enum.Enum) else value
                 warnings.warn(f"SessionOptions.{attr} = {shown} has no effect in ort-core: {instead}",
                               OrtWarning, stacklevel=3)
