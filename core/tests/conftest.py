@@ -74,6 +74,21 @@ def record_copies(monkeypatch, *transfer_classes) -> list[tuple[str, str]]:
     return seen
 
 
+def slow_down_example_device(monkeypatch, seconds: float) -> None:
+    """Make the example provider's device work (on its stream's worker) take ``seconds`` longer: whatever
+    reads its values must then really wait for the stream."""
+    import time
+
+    (kernels,) = import_test_plugins("ort_ep_example.kernels")
+    compute = kernels._compute
+
+    def slow(plan, tensors):
+        time.sleep(seconds)
+        compute(plan, tensors)
+
+    monkeypatch.setattr(kernels, "_compute", slow)
+
+
 def install_fake_plugin(tmp_path, name: str, module_src: str | None, target: str) -> None:
     """Make a plugin distribution visible to importlib.metadata: a dist-info folder (and the module
     ``target`` holding ``module_src``) on sys.path; the ``fresh_registry`` fixture restores sys.path."""

@@ -12,7 +12,7 @@ import ort_core as ort
 from ort_core.cli import main
 from ort_core.session import STRICT_KEY
 
-from .conftest import import_test_plugins, make_model, record_copies
+from .conftest import import_test_plugins, make_model, record_copies, slow_down_example_device
 
 EXAMPLE, SECOND, CPU = "ExampleExecutionProvider", "SecondDeviceExecutionProvider", "CPUExecutionProvider"
 
@@ -136,16 +136,7 @@ def test_explain_command(plugins, tmp_path, capsys):
 def test_a_slow_asynchronous_device_is_waited_for_wherever_its_values_are_read(plugins, monkeypatch):
     """The example device computes on a worker thread; slowed down, every read of its values (by the host,
     by the second device through the host, as a graph output) must still wait for the work to finish."""
-    import time
-
-    (kernels,) = import_test_plugins("ort_ep_example.kernels")
-    compute = kernels._compute
-
-    def slow(plan, tensors):
-        time.sleep(0.02)
-        compute(plan, tensors)
-
-    monkeypatch.setattr(kernels, "_compute", slow)
+    slow_down_example_device(monkeypatch, 0.02)
     model = alternating_model()
     sess = quiet_session(model, [SECOND, EXAMPLE, CPU])
     (expected,) = ort.InferenceSession(model).run(None, {"x": np.ones((3, 4), np.float32)})
@@ -169,17 +160,8 @@ def loop_model():
 
 
 def test_loop_body_nodes_are_placed_on_a_device_provider(plugins, monkeypatch):
-    import time
-
     example_copies, _ = plugins
-    (kernels,) = import_test_plugins("ort_ep_example.kernels")
-    compute = kernels._compute
-
-    def slow(plan, tensors):  # the body's device work lags: every iteration must still wait for it
-        time.sleep(0.005)
-        compute(plan, tensors)
-
-    monkeypatch.setattr(kernels, "_compute", slow)
+    slow_down_example_device(monkeypatch, 0.005)  # the body's device work lags: every iteration must wait
     with pytest.warns(ort.OrtWarning, match="provider assignment"):  # the Loop itself stays on the CPU
         sess = ort.InferenceSession(loop_model(), providers=[EXAMPLE])
     assert sess._bodies.placements == [("node 'loop' (Loop) subgraph 'body'",

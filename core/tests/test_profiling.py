@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 
 import numpy as np
 import onnx
@@ -80,16 +79,9 @@ def test_work_on_a_device_stream_is_timed_by_its_events(tmp_path, monkeypatch):
     profile must show the device time (from events on its stream), not the launch."""
     from onnx import TensorProto, helper
 
-    from .conftest import import_test_plugins, make_model
+    from .conftest import make_model, slow_down_example_device
 
-    (kernels,) = import_test_plugins("ort_ep_example.kernels")
-    compute = kernels._compute
-
-    def slow(plan, tensors):
-        time.sleep(0.03)
-        compute(plan, tensors)
-
-    monkeypatch.setattr(kernels, "_compute", slow)
+    slow_down_example_device(monkeypatch, 0.03)
     monkeypatch.chdir(tmp_path)
     so = ort.SessionOptions()
     so.enable_profiling = True

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -55,6 +55,18 @@ class Capability:
     claimed: tuple[int, ...] = ()
     declined: dict[int, str] = field(default_factory=dict)
     fuse: bool = True
+
+    @classmethod
+    def from_reasons(cls, nodes: Iterable[Node], reason: Callable[[Node], str | None], fuse: bool = True) -> Capability:
+        """Claim each node ``reason(node)`` has no objection to (None), decline the others with its reason."""
+        claimed, declined = [], {}
+        for node in nodes:
+            why = reason(node)
+            if why is None:
+                claimed.append(node.id)
+            else:
+                declined[node.id] = why
+        return cls(tuple(claimed), declined, fuse)
 
 
 @dataclass(frozen=True)

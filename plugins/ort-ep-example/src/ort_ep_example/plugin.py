@@ -82,17 +82,13 @@ class ExampleProvider(ExecutionProvider):
 
     def get_capability(self, graph):
         opset = graph.opset("")
-        claimed, declined = [], {}
-        for node in graph.nodes():
-            # its own EPContext nodes (saved by export_context) load without compiling again
-            why = None if is_context_node(node, NAME) else unsupported_reason(node, opset, graph.type_of)
-            if why is None:
-                claimed.append(node.id)
-            else:
-                declined[node.id] = why
+
+        def reason(node):  # its own EPContext nodes (saved by export_context) load without compiling again
+            return None if is_context_node(node, NAME) else unsupported_reason(node, opset, graph.type_of)
+
         # fuse=True: connected claimed nodes arrive in compile as one subgraph, so intermediates
         # never leave the device and the core inserts copies only at the borders
-        return Capability(tuple(claimed), declined, fuse=True)
+        return Capability.from_reasons(graph.nodes(), reason, fuse=True)
 
     def compile_subgraph(self, subgraph):
         cache, key = self._cache, None

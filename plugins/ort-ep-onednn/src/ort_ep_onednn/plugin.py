@@ -69,14 +69,7 @@ class DnnlProvider(ExecutionProvider):
         if problem:
             return Capability((), {n.id: problem for n in nodes}, fuse=True)
         ctx = Context(graph.graph, graph.opset(""), graph.constant)
-        claimed, declined = [], {}
-        for node in nodes:
-            why = unsupported_reason(lib, node, ctx, bf16_of(opts))
-            if why is None:
-                claimed.append(node.id)
-            else:
-                declined[node.id] = why
-        return Capability(tuple(claimed), declined, fuse=True)
+        return Capability.from_reasons(nodes, lambda node: unsupported_reason(lib, node, ctx, bf16_of(opts)))
 
     def compile_subgraph(self, subgraph):
         opts = self.opts

@@ -58,18 +58,11 @@ class OpenVINOProvider(ExecutionProvider):
             # every node gets the reason; the session falls back to the next provider for all of them
             return Capability((), {n.id: device_problem for n in nodes}, fuse=True)
         PROBES.load(opts.cache_dir)
-        ctx = Context.of_view(graph)
-        claimed, declined = [], {}
-        device = probe_device(opts)
-        for node in nodes:
-            why = unsupported_reason(node, ctx, device)
-            if why is None:
-                claimed.append(node.id)
-            else:
-                declined[node.id] = why
+        ctx, device = Context.of_view(graph), probe_device(opts)
+        capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, device))
         if opts.cache_dir:
             PROBES.save(opts.cache_dir)
-        return Capability(tuple(claimed), declined, fuse=True)
+        return capability
 
     def compile_subgraph(self, subgraph):
         opts = self.opts

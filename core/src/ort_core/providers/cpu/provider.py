@@ -49,18 +49,17 @@ class CPUProvider(ExecutionProvider):
         self._allocator = host_arena() if arena in ("1", "true") else HostAllocator()
 
     def get_capability(self, graph):
-        claimed, declined = [], {}
-        for node in graph.nodes():
+        def reason(node):
             opset = graph.opset(node.domain)
             if graph.custom_op(node) is not None or lookup(node.domain, node.op_type, opset) is not None:
-                claimed.append(node.id)
-            elif is_context_node(node):
-                declined[node.id] = (f"an EPContext node: a subgraph compiled for "
-                                     f"'{node.attrs.get('source', '?')}', which only that provider can load")
-            else:
-                dom = f"{node.domain}::" if node.domain else ""
-                declined[node.id] = f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
-        return Capability(tuple(claimed), declined, fuse=False)
+                return None
+            if is_context_node(node):
+                return (f"an EPContext node: a subgraph compiled for '{node.attrs.get('source', '?')}', which "
+                        "only that provider can load")
+            dom = f"{node.domain}::" if node.domain else ""
+            return f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
+
+        return Capability.from_reasons(graph.nodes(), reason, fuse=False)
 
     def transform(self, view):
         """ort-core's fusions over its nodes, at optimization level extended and up."""
