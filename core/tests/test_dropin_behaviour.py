@@ -171,3 +171,49 @@ def test_a_free_dimension_override_fixes_the_dimension(rt, how):
     assert sess.run(None, {"x": np.ones((2, 3), np.float32)})[0].shape == (2, 3)
     with pytest.raises(Exception, match="(?i)dimension|dim"):  # another batch size is refused
         sess.run(None, {"x": np.ones((4, 3), np.float32)})
+
+
+def _identity_model(elem_type, shape):
+    vi = helper.make_tensor_value_info
+    return make_model([helper.make_node("Identity", ["x"], ["y"])], [vi("x", elem_type, shape)],
+                      [vi("y", elem_type, shape)]).SerializeToString()
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("elem_type, shape, feed, dtype, expected", [
+    (TensorProto.FLOAT, [2, 2], [[1, 2], [3, 4]], np.float32, [[1, 2], [3, 4]]),  # ints into float
+    (TensorProto.FLOAT, [2], [1.5, 2.5], np.float32, [1.5, 2.5]),  # Python floats (double) into float
+    (TensorProto.INT64, [2], [1.5, 2.5], np.int64, [1, 2]),  # truncated, as numpy casts
+    (TensorProto.BOOL, [2], [True, False], np.bool_, [True, False]),
+    (TensorProto.FLOAT, [2, 2], [np.ones(2), np.zeros(2)], np.float32, [[1, 1], [0, 0]]),  # a list of arrays
+], ids=["nested-ints", "floats", "floats-to-int", "bools", "list-of-arrays"])
+def test_a_python_list_feed_becomes_the_declared_type(rt, elem_type, shape, feed, dtype, expected):
+    sess = rt.InferenceSession(_identity_model(elem_type, shape), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": feed})
+    assert y.dtype == dtype
+    np.testing.assert_array_equal(y, expected)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("feed, shape", [(np.array([2.5], np.float32), (1,)), ([2.5], (1,)),
+                                         (np.array([[2.5]], np.float32), (1, 1))])
+def test_a_one_element_array_for_a_scalar_input_runs_as_given(rt, feed, shape):
+    sess = rt.InferenceSession(_identity_model(TensorProto.FLOAT, []), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": feed})
+    assert y.shape == shape and y.ravel()[0] == np.float32(2.5)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("feed", [[[1.0], [2.0, 3.0]], [1.0, 2.0, 3.0], np.array([1.0, 2.0])])
+def test_lists_and_arrays_that_do_not_fit_are_refused(rt, feed):
+    """A ragged list, a list of the wrong length, an array of the wrong dtype: both runtimes refuse them."""
+    sess = rt.InferenceSession(_identity_model(TensorProto.FLOAT, [2]), providers=["CPUExecutionProvider"])
+    with pytest.raises(Exception, match="(?i)x|input|tensor"):
+        sess.run(None, {"x": feed})
+
+
+def test_ort_core_is_stricter_about_scalar_inputs_of_several_elements():
+    """onnxruntime runs a two-element array for a rank-0 input; ort-core refuses it, naming the input."""
+    sess = ort_core.InferenceSession(_identity_model(TensorProto.FLOAT, []))
+    with pytest.raises(ort_core.InvalidArgument, match="input 'x': invalid rank 1"):
+        sess.run(None, {"x": np.ones(2, np.float32)})

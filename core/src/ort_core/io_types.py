@@ -67,21 +67,25 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
     t = arg.value_type
     if t.kind != "tensor":
         return value  # sequences/maps/optionals are checked by the kernels consuming them
+    expected = None
+    if t.elem_type:
+        try:
+            expected = np_dtype(t.elem_type)
+        except (KeyError, TypeError, ValueError):
+            raise InvalidGraph(f"input '{arg.name}' declares unknown element type {t.elem_type}") from None
     if not isinstance(value, np.ndarray):
         if hasattr(value, "numpy") and callable(value.numpy):  # OrtValue-like objects
             value = value.numpy()
         else:
+            # Python lists (nested too) become the declared type, as onnxruntime's binding converts them
+            as_type = expected if isinstance(value, (list, tuple)) and expected is not None else None
             try:
-                value = np.asarray(value)
-            except (TypeError, ValueError) as e:
+                value = np.asarray(value, dtype=as_type)
+            except (TypeError, ValueError, OverflowError) as e:
                 raise InvalidArgument(f"input '{arg.name}': a {type(value).__name__} that is not an array "
-                                      f"({e}); expected {arg.type}") from None
-    if not t.elem_type:
+                                      f"of {arg.type} ({e})") from None
+    if expected is None:
         return value  # the model leaves the element type undefined: kernels check what they get
-    try:
-        expected = np_dtype(t.elem_type)
-    except (KeyError, TypeError, ValueError):
-        raise InvalidGraph(f"input '{arg.name}' declares unknown element type {t.elem_type}") from None
     if expected.kind == "O":
         if value.dtype.kind not in "OUS":
             raise InvalidArgument(f"input '{arg.name}': expected {arg.type}, got an array of {value.dtype}")
@@ -91,6 +95,8 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
         given_text = f"tensor({_name(given)})" if given else f"numpy {value.dtype}"
         raise InvalidArgument(f"input '{arg.name}': unexpected data type {given_text}, expected {arg.type}")
     if t.shape is not None and value.shape != t.shape:  # equal: every dimension fixed and matching
+        if not t.shape and value.size == 1:
+            return value  # a one-element array for a scalar input runs as given, as in onnxruntime
         if value.ndim != len(t.shape):
             raise InvalidArgument(f"input '{arg.name}': invalid rank {value.ndim} (shape {list(value.shape)}), "
                                   f"expected rank {len(t.shape)} (shape {list(t.shape)})")
