@@ -217,3 +217,19 @@ def test_ort_core_is_stricter_about_scalar_inputs_of_several_elements():
     sess = ort_core.InferenceSession(_identity_model(TensorProto.FLOAT, []))
     with pytest.raises(ort_core.InvalidArgument, match="input 'x': invalid rank 1"):
         sess.run(None, {"x": np.ones(2, np.float32)})
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_a_missing_input_is_reported_in_onnxruntimes_words_and_class(rt):
+    state = importlib.import_module(f"{rt.__name__}.capi.onnxruntime_pybind11_state")
+    vi = helper.make_tensor_value_info
+    model = make_model([helper.make_node("Add", ["x", "z"], ["y"])],
+                       [vi("x", TensorProto.FLOAT, [2]), vi("z", TensorProto.FLOAT, [2])],
+                       [vi("y", TensorProto.FLOAT, [2])])
+    sess = rt.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    with pytest.raises(ValueError, match=r"Required inputs \(\['x'\]\) are missing from input feed \(\['z'\]\)"):
+        sess.run(None, {"z": np.ones(2, np.float32)})
+    with pytest.raises((state.InvalidArgument, state.Fail)):  # an except clause written for onnxruntime catches it
+        sess.run(None, {"x": np.ones(3, np.float32), "z": np.ones(2, np.float32)})
+    with pytest.raises(state.NoSuchFile):
+        rt.InferenceSession("/nonexistent/model.onnx", providers=["CPUExecutionProvider"])

@@ -49,7 +49,7 @@ def test_symbolic_dim_accepts_any_size(sess):
 
 
 def test_missing_input(sess):
-    with pytest.raises(ort.InvalidArgument, match=r"missing input\(s\) \['x'\]"):
+    with pytest.raises(ort.InvalidArgument, match=r"Required inputs \(\['x'\]\) are missing from input feed"):
         sess.run(None, {})
 
 

@@ -261,10 +261,10 @@ def test_clear_bindings(model, cpu_session):
         cpu_session.run_with_iobinding(binding)
     binding.bind_output("y")
     binding.clear_binding_inputs()
-    with pytest.raises(ort.InvalidArgument, match=r"missing input\(s\) \['x', 'z'\]"):
+    with pytest.raises(ort.InvalidArgument, match=r"Required inputs \(\['x', 'z'\]\) are missing from input feed"):
         cpu_session.run_with_iobinding(binding)
     binding.bind_cpu_input("x", x)
-    with pytest.raises(ort.InvalidArgument, match=r"missing input\(s\) \['z'\]"):
+    with pytest.raises(ort.InvalidArgument, match=r"Required inputs \(\['z'\]\) are missing from input feed"):
         cpu_session.run_with_iobinding(binding)
     binding.bind_cpu_input("z", z)
     cpu_session.run_with_iobinding(binding)
@@ -328,7 +328,7 @@ def test_run_with_ort_values(model, cpu_session, copies):
     np.testing.assert_allclose(everything[0].numpy(), want_y, rtol=1e-6)
     with pytest.raises(ort.InvalidArgument, match=r"invalid output name\(s\) \['nope'\]"):
         sess.run_with_ort_values(["nope"], {"x": x_dev, "z": z_host})
-    with pytest.raises(ort.InvalidArgument, match=r"missing input\(s\) \['z'\]"):
+    with pytest.raises(ort.InvalidArgument, match=r"Required inputs \(\['z'\]\) are missing from input feed"):
         sess.run_with_ort_values(["y"], {"x": x_dev})
 
 

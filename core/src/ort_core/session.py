@@ -227,7 +227,9 @@ class InferenceSession:
     def _check_all_fed(self, given, hint: str = "") -> None:
         missing = [n for n in self._required if n not in given]
         if missing:
-            raise InvalidArgument(f"missing input(s) {missing}; the model requires {self._required}{hint}")
+            # onnxruntime's wording (code matches on it), then what the model requires
+            raise InvalidArgument(f"Required inputs ({missing}) are missing from input feed ({list(given)}); "
+                                  f"the model requires {self._required}{hint}")
 
     def _check_computed(self, names, results) -> None:
         for n, r in zip(names, results):
