@@ -99,12 +99,12 @@ def set_seed(seed: int) -> None:
 
 def set_default_logger_severity(severity: int) -> None:
     """0 verbose, 1 info, 2 warning (default), 3 error, 4 fatal, as onnxruntime: from 3 on, ort-core's own
-    warnings (OrtWarning) are silenced in this process."""
-    import warnings
+    warnings (OrtWarning) are silenced in this process (a session's log_severity_level wins for its own)."""
+    from .errors import set_default_severity
 
     if not isinstance(severity, int) or not 0 <= severity <= 4:
         raise InvalidArgument(f"severity must be an int from 0 (verbose) to 4 (fatal), got {severity!r}")
-    warnings.filterwarnings("ignore" if severity >= 3 else "default", category=OrtWarning)
+    set_default_severity(severity)
 
 
 def disable_telemetry_events() -> None:

@@ -9,9 +9,8 @@ the rest of the graph is written as placed. Reading the nodes back is the provid
 from __future__ import annotations
 
 import os
-import warnings
 
-from .errors import InvalidArgument, OrtWarning
+from .errors import InvalidArgument, warn
 from .ir import save_model
 from .ir.graph import Model, Node, outer_scope_reads
 from .plugins.context import CONTEXT_DOMAIN, CONTEXT_OP, EMBED_MODE_KEY, ENABLE_KEY, FILE_PATH_KEY
@@ -50,8 +49,8 @@ def write_context_model(model: Model, part, instances: dict, config: dict[str, s
             domain=CONTEXT_DOMAIN, name=f"{sub.name}_context", id=-1))
         exported += 1
     if not exported:
-        warnings.warn(f"{ENABLE_KEY}=1, but no provider of this session exports compiled contexts; "
-                      f"'{path}' was not written", OrtWarning, stacklevel=4)
+        warn(f"{ENABLE_KEY}=1, but no provider of this session exports compiled contexts; '{path}' was not "
+             "written")
         return ""
     out.graph.nodes = nodes
     read = {v.name for v in out.graph.outputs} | {i for n in nodes for i in (*n.inputs, *outer_scope_reads(n))}

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import enum
 import os
-import warnings
 from typing import Any
 
 from .customops.registry import CustomOpRegistry
-from .errors import OrtWarning
+from .errors import warn
 from .ir.dimensions import check_override
 
 
@@ -121,8 +120,7 @@ class SessionOptions:
             value = getattr(self, attr)
             if value not in honoured:
                 shown = value.name if isinstance(value, enum.Enum) else value
-                warnings.warn(f"SessionOptions.{attr} = {shown} has no effect in ort-core: {instead}",
-                              OrtWarning, stacklevel=3)
+                warn(f"SessionOptions.{attr} = {shown} has no effect in ort-core: {instead}")
 
 
 class RunOptions:

@@ -9,12 +9,11 @@ The session decides the order of the pipeline; this module holds no session stat
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .errors import KernelError, NotImplementedOp, OrtError, OrtWarning, PluginError
+from .errors import KernelError, NotImplementedOp, OrtError, PluginError, warn
 from .ir.graph import Graph, Node, outer_scope_reads
 from .limits import check_terminated, current
 from .memory.device import HOST
@@ -58,7 +57,7 @@ class Placement:
             if self.strict or name == CPU:
                 raise why
             where = "" if self.session_wide else " in this graph body"
-            warnings.warn(f"{why}; falling back without '{name}'{where}", OrtWarning, stacklevel=5)
+            warn(f"{why}; falling back without '{name}'{where}")
         self.providers.remove(name)
         if self.session_wide:
             self.instances.pop(name).close()

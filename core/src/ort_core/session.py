@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import time
-import warnings
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -25,8 +24,10 @@ from .errors import (
     KernelError,
     NotImplementedOp,
     OrtError,
-    OrtWarning,
     PluginError,
+    reset_severity,
+    severity,
+    warn,
 )
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .iobinding import IOBinding, checked_input
@@ -83,6 +84,14 @@ class InferenceSession:
                  providers: Sequence[Any] | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any) -> None:
         self._sess_options = sess_options or SessionOptions()
+        # log_severity_level 3 (error) and up silences the warnings of this session's creation
+        token = severity(int(self._sess_options.log_severity_level))
+        try:
+            self._create(path_or_bytes, providers, provider_options)
+        finally:
+            reset_severity(token)
+
+    def _create(self, path_or_bytes: Any, providers, provider_options) -> None:
         self._sess_options.warn_unapplied()
         self._profiler = Profiler(self._sess_options.profile_file_prefix) if self._sess_options.enable_profiling \
             else None
@@ -138,7 +147,7 @@ class InferenceSession:
             except PluginError as e:
                 if self._strict or name == CPU:
                     raise
-                warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=4)
+                warn(f"{e}; provider skipped")
                 continue
             self._providers.append(name)
 
@@ -165,8 +174,8 @@ class InferenceSession:
         if self._strict and not self._cpu_explicit:
             _refuse_cpu_fallback(graph, part)
         if any(p != CPU for p in self._providers):
-            warnings.warn("provider assignment:\n" + "\n".join("  " + line for line in part.summary(
-                graph, self._providers)), OrtWarning, stacklevel=3)
+            warn("provider assignment:\n" + "\n".join("  " + line for line in part.summary(
+                graph, self._providers)))
 
         self._plan, self._output_slots = build_plan(graph, placed_kernels(part, kernels, self._instances),
                                                     self._instances, check_outputs, model.source)
@@ -283,9 +292,13 @@ class InferenceSession:
             name = entry[0] if isinstance(entry, (tuple, list)) else entry
             if isinstance(name, str) and name not in registry.providers:
                 raise Fail(f"Unknown Provider Type: {name} (installed: {', '.join(sorted(registry.providers))})")
-        self._use_providers(get_registry(), providers, provider_options)
-        with run_context(self._limits):
-            self._build()
+        token = severity(int(self._sess_options.log_severity_level))
+        try:
+            self._use_providers(get_registry(), providers, provider_options)
+            with run_context(self._limits):
+                self._build()
+        finally:
+            reset_severity(token)
 
     def end_profiling(self) -> str:
         """Stop profiling and write the Chrome-trace JSON; returns its path ('' when not profiling)."""
@@ -427,12 +440,10 @@ def _resolve_providers(registry, providers, provider_options, strict: bool = Fal
             why = "is not installed" if reg is None else f"is unavailable: {reg.info.reason}"
             raise InvalidArgument(f"provider '{name}' {why} ({STRICT_KEY}=1 refuses to fall back)")
         if reg is None:
-            warnings.warn(f"provider '{name}' is not installed (known: {sorted(registry.providers)}); "
-                          "skipping it", OrtWarning, stacklevel=4)
+            warn(f"provider '{name}' is not installed (known: {sorted(registry.providers)}); skipping it")
             continue
         if not reg.info.available:
-            warnings.warn(f"provider '{name}' is unavailable: {reg.info.reason}; skipping it",
-                          OrtWarning, stacklevel=4)
+            warn(f"provider '{name}' is unavailable: {reg.info.reason}; skipping it")
             continue
         if name in resolved:
             continue

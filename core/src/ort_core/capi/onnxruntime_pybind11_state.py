@@ -4,14 +4,19 @@ catches ort-core's). Only names; ort-core has no compiled extension behind them.
 
 from __future__ import annotations
 
-from ..errors import Fail, InvalidArgument, InvalidGraph, InvalidProtobuf, KernelError, NoSuchFile, NotImplementedOp
-from ..errors import PluginError as EPFail
+from ..errors import (
+    EPFail,
+    Fail,
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    NoSuchFile,
+    NotImplemented,  # noqa: A004 - onnxruntime's name for the class
+    RuntimeException,
+)
 from ..io_types import ModelMetadata, NodeArg
 from ..options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from ..ortvalue import OrtValue
-
-NotImplemented = NotImplementedOp  # noqa: A001 - onnxruntime's name for the class
-RuntimeException = KernelError  # a failure while running, as onnxruntime raises it
 
 __all__ = ["EPFail", "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InvalidArgument",
            "InvalidGraph", "InvalidProtobuf", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplemented",

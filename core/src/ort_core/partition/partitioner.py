@@ -8,11 +8,10 @@ one subgraph per node. Compiling and executing are the session's job, not this m
 from __future__ import annotations
 
 import heapq
-import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..errors import InvalidGraph, NotImplementedOp, OrtWarning, PluginError
+from ..errors import InvalidGraph, NotImplementedOp, PluginError, warn
 from ..ir.graph import Graph, Node, is_onnx_domain, outer_scope_reads
 from ..plugins.types import FusedSubgraph, GraphView
 
@@ -79,7 +78,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=
         except PluginError as e:
             if strict:
                 raise
-            warnings.warn(f"{e}; provider skipped", OrtWarning, stacklevel=5)
+            warn(f"{e}; provider skipped")
             result.failed[p] = str(e)
             continue
         fuse[p] = cap.fuse

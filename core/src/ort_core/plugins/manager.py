@@ -9,7 +9,6 @@ It decides nothing about partitioning or execution.
 from __future__ import annotations
 
 import threading
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
@@ -17,7 +16,7 @@ from typing import Any
 
 import pluggy
 
-from ..errors import InvalidArgument, OrtWarning, PluginError
+from ..errors import InvalidArgument, PluginError, warn
 from ..memory.device import Device
 from ..memory.protocols import Allocator, DataTransfer
 from . import hookspecs
@@ -336,7 +335,7 @@ def _dist_name(ep: Any) -> str | None:
 
 
 def _warn(msg: str) -> None:
-    warnings.warn(msg, OrtWarning, stacklevel=3)
+    warn(msg)
 
 
 _lock = threading.Lock()
