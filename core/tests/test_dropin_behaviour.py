@@ -208,3 +208,29 @@ def test_a_missing_input_is_reported_in_onnxruntimes_words_and_class(rt):
         sess.run(None, {"x": np.ones(3, np.float32), "z": np.ones(2, np.float32)})
     with pytest.raises(state.NoSuchFile):
         rt.InferenceSession("/nonexistent/model.onnx", providers=["CPUExecutionProvider"])
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_the_profile_file_is_named_and_laid_out_as_onnxruntimes(rt, tmp_path, monkeypatch):
+    import json
+    import os
+    import re
+
+    monkeypatch.chdir(tmp_path)
+    so = rt.SessionOptions()
+    so.enable_profiling = True
+    vi = helper.make_tensor_value_info
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name="relu")], [vi("x", TensorProto.FLOAT, [2])],
+                       [vi("y", TensorProto.FLOAT, [2])])
+    sess = rt.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    sess.run(None, {"x": np.ones(2, np.float32)})
+    path = sess.end_profiling()
+    assert re.fullmatch(r"onnxruntime_profile__\d{4}-\d\d-\d\d_\d\d-\d\d-\d\d_\d{3}\.json", os.path.basename(path))
+    with open(os.path.join(tmp_path, os.path.basename(path))) as f:
+        lines = f.read().splitlines()
+    assert lines[0] == "[" and lines[-1] == "]"
+    events = [json.loads(line.rstrip(",")) for line in lines[1:-1]]  # one event per line
+    (relu,) = [e for e in events if e["name"] == "relu_kernel_time"]
+    assert relu["cat"] == "Node" and relu["args"]["op_name"] == "Relu"
+    assert relu["args"]["provider"] == "CPUExecutionProvider" and relu["args"]["output_type_shape"] == [{"float": [2]}]
+    assert {"session_initialization", "model_run"} <= {e["name"] for e in events if e["cat"] == "Session"}

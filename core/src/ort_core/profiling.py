@@ -16,6 +16,8 @@ import time
 
 import numpy as np
 
+from .ir.types import elem_type_name, elem_type_of
+
 
 class Profiler:
     def __init__(self, prefix: str) -> None:
@@ -45,7 +47,7 @@ class Profiler:
         kernel, label = step.kernel, step.label
         node, _, provider = label.rpartition(" on ")
         op = node[node.rfind("(") + 1:-1] if node.endswith(")") else ("Copy" if label.startswith("copy") else "")
-        name = node or label
+        name = _event_name(node or label)
         settles = label == SYNC_LABEL  # the step after which this run's device work is complete
 
         def run(*xs):
@@ -90,13 +92,24 @@ class Profiler:
 
     def write(self) -> str:
         self.active = False
-        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(self.wall_start_ns / 1e9))
-        path = os.path.abspath(f"{self.prefix}{stamp}.json")
+        # onnxruntime's file name and layout, for tools that read its traces: '<prefix>_<date>_<time>_<ms>.json',
+        # a JSON array with one event per line
+        seconds, ns = divmod(self.wall_start_ns, 1_000_000_000)
+        stamp = time.strftime("%Y-%m-%d_%H-%M-%S", time.localtime(seconds))
+        path = os.path.abspath(f"{self.prefix}_{stamp}_{ns // 1_000_000:03d}.json")
         with self._lock:
             events = list(self.events)
         with open(path, "w", encoding="utf-8") as f:
-            json.dump(events, f, indent=0)
+            f.write("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n")
         return path
+
+
+def _event_name(what: str) -> str:
+    """The name onnxruntime gives a node's events: the node's own name ("node 'relu' (Relu)" -> "relu");
+    other steps (unnamed nodes, subgraphs, copies) keep their label."""
+    if what.startswith("node '") and "' (" in what:
+        return what[len("node '"):what.rindex("' (")]
+    return what
 
 
 SYNC_LABEL = "synchronize streams"  # planning.py's last step of a plan with asynchronous providers
@@ -107,7 +120,11 @@ def _is_stream(x) -> bool:
 
 
 def _type_shape(x) -> dict:
+    """{element type: shape}, the type named as onnxruntime names it ("float", "int64", ...)."""
     dtype, shape = getattr(x, "dtype", None), getattr(x, "shape", None)
     if dtype is None or shape is None:
         return {type(x).__name__: []}
-    return {str(np.dtype(dtype)) if not isinstance(dtype, str) else dtype: list(shape)}
+    if isinstance(dtype, str):
+        return {dtype: list(shape)}
+    code = elem_type_of(np.dtype(dtype))
+    return {elem_type_name(code) if code else str(np.dtype(dtype)): list(shape)}
