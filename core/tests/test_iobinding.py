@@ -180,14 +180,16 @@ def test_preallocated_outputs(model, cpu_session, copies):
     s_buffer = np.full((3, 5), -1, np.float32)
     binding.bind_output("s", "cpu", 0, np.float32, [3, 5], s_buffer.ctypes.data)
     y_target = ort.OrtValue.ortvalue_from_shape_and_type([3, 5], np.float32, "example", 0)
+    y_address = y_target.data_ptr()
     binding.bind_ortvalue_output("y", y_target)
     copies.clear()
     sess.run_with_iobinding(binding)
-    assert sorted(copies) == sorted([H2D, D2H, H2D, H2D])  # x, r (for Softmax), s, z: y stays up
+    # x, r (for Softmax), s, z; y stays up, written into the bound device buffer by one device copy
+    assert sorted(copies) == sorted([H2D, D2H, H2D, H2D, ("example:0", "example:0")])
     np.testing.assert_allclose(s_buffer, want_s, rtol=1e-6)  # written in place
     s, y = binding.get_outputs()
     assert np.shares_memory(s.numpy(), s_buffer)
-    assert y is y_target and y.device_name() == "example"  # its content is the produced tensor
+    assert y is y_target and y.device_name() == "example" and y.data_ptr() == y_address  # in place
     np.testing.assert_allclose(y.numpy(), want_y, rtol=1e-6)
 
     host_target = ort.OrtValue.ortvalue_from_numpy(np.zeros((3, 5), np.float32))
@@ -290,10 +292,10 @@ def test_errors_name_the_input_or_output(model, cpu_session):
         binding.bind_cpu_input("z", np.zeros((1, 5), np.float32))
     with pytest.raises(ort.InvalidArgument, match="expects an OrtValue"):
         binding.bind_ortvalue_input("x", np.zeros((3, 4), np.float32))
-    with pytest.raises(ort.NotImplementedOp, match="raw device pointers.*bind_ortvalue_input"):
-        binding.bind_input("x", "example", 0, np.float32, [3, 4], 12345)
-    with pytest.raises(ort.NotImplementedOp, match="raw device pointers"):
-        binding.bind_output("y", "example", 0, np.float32, [3, 5], 12345)
+    with pytest.raises(ort.InvalidArgument, match=r"input 'x': invalid dimensions \[3, 5\]"):
+        binding.bind_input("x", "example", 0, np.float32, [3, 5], 12345)  # checked as a device value
+    with pytest.raises(ort.InvalidArgument, match="buffer_ptr is NULL"):
+        binding.bind_output("y", "example", 0, np.float32, [3, 5], 0)
     with pytest.raises(ort.InvalidArgument, match="element_type and shape are needed"):
         binding.bind_output("y", "cpu", 0, None, None, 12345)
     with pytest.raises(ort.InvalidArgument, match="buffer_ptr is NULL"):
@@ -413,3 +415,22 @@ def test_a_device_output_outlives_its_session(model, cpu_session):
     filler = [ort.OrtValue.ortvalue_from_numpy(np.full((3, 5), 7, np.float32), "example", 0) for _ in range(20)]
     np.testing.assert_allclose(y.numpy(), cpu_session.run(None, {"x": x, "z": z})[0], rtol=1e-6)
     assert len(filler) == 20
+
+
+
+def test_device_pointers_bind_inputs_and_outputs_in_place(model, cpu_session):
+    """onnxruntime's bind_input / bind_output with a device pointer: the memory is the caller's, read and
+    written where it is."""
+    sess = device_session(model)
+    x, z = feed()
+    want_y, _ = expected(cpu_session, x, z)
+    x_dev = ort.OrtValue.ortvalue_from_numpy(x, "example", 0)  # the caller's device memory, kept alive by it
+    y_dev = ort.OrtValue.ortvalue_from_shape_and_type([3, 5], np.float32, "example", 0)
+    binding = sess.io_binding()
+    binding.bind_input("x", "example", 0, np.float32, [3, 4], x_dev.data_ptr())
+    binding.bind_cpu_input("z", z)
+    binding.bind_output("y", "example", 0, np.float32, [3, 5], y_dev.data_ptr())
+    sess.run_with_iobinding(binding)
+    np.testing.assert_allclose(y_dev.numpy(), want_y, rtol=1e-6)  # written into the caller's buffer
+    (y,) = [v for v in binding.get_outputs() if v.device_name() == "example"]
+    assert y.data_ptr() == y_dev.data_ptr()

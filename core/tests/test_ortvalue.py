@@ -151,8 +151,10 @@ def test_device_value_details(example_copies):
     assert v.numpy().tolist() == [[0, 1], [2, 3], [4, 5], [6, 7]]
     with pytest.raises(ort.InvalidArgument, match="update_inplace"):
         v.update_inplace(np.zeros((4, 2), np.float32))
-    with pytest.raises(ort.NotImplementedOp, match="device addresses"):
-        v.data_ptr()
+    address = v.data_ptr()  # the device address of its DeviceTensor
+    assert address == v.value.ptr and address % 64 == 0
+    v.update_inplace(np.ones((4, 2)))  # written into the same device memory
+    assert v.data_ptr() == address and v.numpy().tolist() == [[1, 1]] * 4
     with pytest.raises(ort.InvalidArgument, match="string tensors live on the host only"):
         ort.OrtValue.ortvalue_from_shape_and_type([2], TensorProto.STRING, "example", 0)
     with pytest.raises(ort.InvalidArgument, match="unknown device example:1.*'example' id 0"):

@@ -12,10 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument, NotImplementedOp
+from .errors import InvalidArgument
 from .io_types import NodeArg, check_feed
 from .memory.device import HOST, Device
-from .ortvalue import OrtValue, find_device, to_dtype
+from .memory.tensor import DeviceTensor
+from .ortvalue import OrtValue, find_device, to_dtype, write_into
 
 
 @dataclass
@@ -48,19 +49,16 @@ class IOBinding:
 
     def bind_input(self, name: str, device_type: str, device_id: int, element_type: Any, shape: Any,
                    buffer_ptr: int) -> None:
-        """Bind memory at ``buffer_ptr`` holding a tensor of ``element_type`` and ``shape``.
-
-        Host pointers only: they are viewed as a numpy array (no copy; the memory must outlive
-        the runs). The provider contract has no raw device pointers: for a device, make an
-        OrtValue there and use ``bind_ortvalue_input``.
-        """
+        """Bind memory at ``buffer_ptr`` holding a tensor of ``element_type`` and ``shape``, on the host (viewed
+        as a numpy array) or on a device (as a DeviceTensor); no copy: the memory must outlive the runs."""
         device = find_device(device_type, device_id)
-        if not device.is_host:
-            raise NotImplementedOp(f"bind_input('{name}') on {device}: raw device pointers are not part of the "
-                                   "provider contract; create the value with OrtValue.ortvalue_from_numpy(array, "
-                                   f"'{device.type}', {device.id}) and use bind_ortvalue_input")
-        self._input_arg(name)
-        self.bind_cpu_input(name, _from_pointer(buffer_ptr, element_type, shape, f"input '{name}'"))
+        arg = self._input_arg(name)
+        if device.is_host:
+            self.bind_cpu_input(name, _from_pointer(buffer_ptr, element_type, shape, f"input '{name}'"))
+            return
+        value = OrtValue(_device_tensor(buffer_ptr, element_type, shape, device, f"input '{name}'"), device)
+        checked_input(arg, value)
+        self._inputs[name] = value
 
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
         """Bind an OrtValue on any device; a consumer on that device reads it without a copy."""
@@ -79,10 +77,11 @@ class IOBinding:
     # ------------------------------------------------------------------ outputs
     def bind_output(self, name: str, device_type: str = "cpu", device_id: int = 0, element_type: Any = None,
                     shape: Any = None, buffer_ptr: int | None = None) -> None:
-        """Have output ``name`` produced on a device, or written into a host buffer.
+        """Have output ``name`` produced on a device, or written into a buffer there.
 
         Without ``buffer_ptr`` the run allocates the output on the device (any shape). With it
-        (host only, with ``element_type`` and ``shape``) the output is written into that memory.
+        (and ``element_type`` and ``shape``) the output is written into that memory, on the host or
+        on a device (through its provider's data transfer).
         """
         self._output_name(name)
         device = find_device(device_type, device_id)
@@ -92,19 +91,19 @@ class IOBinding:
         if element_type is None or shape is None:
             raise InvalidArgument(f"bind_output('{name}'): element_type and shape are needed with a buffer_ptr")
         if not device.is_host:
-            raise NotImplementedOp(f"bind_output('{name}') on {device} with a buffer_ptr: raw device pointers are "
-                                   "not part of the provider contract; bind an OrtValue with "
-                                   "bind_ortvalue_output, or bind the device without a buffer")
+            target = _device_tensor(buffer_ptr, element_type, shape, device, f"output '{name}'")
+            self._outputs[name] = _Output(device, OrtValue(target, device))
+            return
         target = _from_pointer(buffer_ptr, element_type, shape, f"output '{name}'")
         self._outputs[name] = _Output(HOST, OrtValue(target, HOST))
 
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
         """Have output ``name`` delivered into ``ortvalue`` (on its device).
 
-        On the host the output is written into the OrtValue's array (same shape and dtype
-        required). On another device the OrtValue's content is replaced by the produced device
-        tensor (same shape and dtype required): the provider contract has no way to write into
-        existing device memory, so its address may change.
+        The output is written into the OrtValue's memory (same shape and dtype required): the
+        array on the host, the DeviceTensor on a device (through its provider's ``copy_into``; a
+        provider whose transfer cannot write into existing memory hands over its produced tensor
+        instead, at another address).
         """
         self._output_name(name)
         if not isinstance(ortvalue, OrtValue):
@@ -148,7 +147,7 @@ class IOBinding:
             _check_same(name, target, value)
             if out.device.is_host:
                 np.copyto(target.value, value)
-            else:
+            elif not write_into(target.value, value, out.device, out.device):
                 target._set(value, out.device)
             results.append(target)
         self._results = results
@@ -185,8 +184,13 @@ def _check_same(name: str, target: OrtValue, value: Any) -> None:
                               f"the model produced {np.dtype(got_dtype)} {list(got_shape)}")
 
 
-def _from_pointer(buffer_ptr: Any, element_type: Any, shape: Any, what: str) -> np.ndarray:
-    """A numpy array over host memory at ``buffer_ptr`` (no copy)."""
+def _device_tensor(buffer_ptr: Any, element_type: Any, shape: Any, device: Device, what: str) -> DeviceTensor:
+    """A DeviceTensor over the caller's device memory at ``buffer_ptr`` (the caller keeps it alive)."""
+    dtype, shape, address = _pointer_args(buffer_ptr, element_type, shape, what)
+    return DeviceTensor(address, shape, dtype, device)
+
+
+def _pointer_args(buffer_ptr: Any, element_type: Any, shape: Any, what: str) -> tuple[np.dtype, tuple, int]:
     dtype = to_dtype(element_type)
     if dtype.kind in "OUS":
         raise InvalidArgument(f"{what}: string tensors cannot be bound through a raw pointer")
@@ -198,9 +202,15 @@ def _from_pointer(buffer_ptr: Any, element_type: Any, shape: Any, what: str) -> 
                               f"and buffer_ptr {buffer_ptr!r}") from None
     if any(d < 0 for d in shape):
         raise InvalidArgument(f"{what}: shape {list(shape)} has a negative dimension")
-    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if nbytes and not address:
+    if int(np.prod(shape, dtype=np.int64)) and not address:
         raise InvalidArgument(f"{what}: buffer_ptr is NULL")
+    return dtype, shape, address
+
+
+def _from_pointer(buffer_ptr: Any, element_type: Any, shape: Any, what: str) -> np.ndarray:
+    """A numpy array over host memory at ``buffer_ptr`` (no copy)."""
+    dtype, shape, address = _pointer_args(buffer_ptr, element_type, shape, what)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if not nbytes:
         return np.empty(shape, dtype)
     raw = (ctypes.c_char * nbytes).from_address(address)

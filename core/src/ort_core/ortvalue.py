@@ -17,6 +17,7 @@ from .errors import InvalidArgument, NotImplementedOp
 from .ir.types import elem_type_name, elem_type_of, np_dtype
 from .memory.device import HOST, Device
 from .memory.protocols import host_array
+from .memory.tensor import DeviceTensor
 from .plugins.manager import CPU, get_registry
 from .transfers import Transfers
 
@@ -130,20 +131,22 @@ class OrtValue:
         return self._value is not None
 
     def data_ptr(self) -> int:
-        """Address of a host tensor's data. Device addresses are not part of the provider contract."""
-        if not self._device.is_host:
-            raise NotImplementedOp(f"data_ptr() of a value on {self._device}: device addresses are not "
-                                   "exposed by the provider contract")
+        """Address of the tensor's data: in host memory, or on its device for a DeviceTensor."""
         self._need_tensor("data_ptr")
-        return int(self._value.ctypes.data)
+        if self._device.is_host:
+            return int(self._value.ctypes.data)
+        if isinstance(self._value, DeviceTensor):
+            return self._value.ptr
+        raise NotImplementedOp(f"data_ptr() of a value on {self._device}: its provider keeps values of its own "
+                               f"type ({type(self._value).__name__}), not ort_core.memory.DeviceTensor")
 
     # ----------------------------------------------------------------- updating
     def update_inplace(self, np_arr: Any) -> None:
         """Overwrite the contents with ``np_arr`` (same shape and dtype).
 
-        On the host the bytes are written into the existing array. On another device the
-        contract offers no copy into existing memory, so the value is replaced by a fresh
-        device copy of ``np_arr`` (same shape and dtype, possibly another address).
+        The bytes are written into the existing memory: on the host into the array, on a device
+        through its provider's data transfer (``copy_into``). A provider whose transfer cannot
+        write into existing memory gets a fresh device copy instead (another address).
         """
         self._need_tensor("update_inplace")
         arr = np.asarray(np_arr)
@@ -152,7 +155,7 @@ class OrtValue:
                                   f"{self._value.dtype} {list(self._value.shape)}")
         if self._device.is_host:
             np.copyto(self._value, arr)
-        else:
+        elif not write_into(self._value, arr, HOST, self._device):
             self._value = copier(HOST, self._device)(arr)
 
     def _set(self, value: Any, device: Device) -> None:
@@ -221,6 +224,16 @@ def default_transfers() -> Transfers:
     """The transfers of every installed, available provider's default instance (values outside sessions)."""
     registry = get_registry()
     return Transfers(registry.default(name) for name in known_devices().values() if name != CPU)
+
+
+def write_into(target: Any, value: Any, src: Device, dst: Device) -> bool:
+    """Copy ``value`` (on ``src``) into the existing DeviceTensor ``target`` (on ``dst``) through the
+    installed providers' transfer, complete on return; False when none can write into existing memory."""
+    t = default_transfers().direct(src, dst)
+    if not isinstance(target, DeviceTensor) or t is None or not hasattr(t, "copy_into"):
+        return False
+    t.copy_into(value, target, None)
+    return True
 
 
 def copier(src: Device, dst: Device) -> Callable[[Any], Any]:
