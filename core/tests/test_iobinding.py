@@ -129,12 +129,18 @@ def test_every_output_on_the_device_and_on_the_host(model, cpu_session, copies):
     np.testing.assert_allclose(got_s, want_s, rtol=1e-6)
 
 
-def test_output_bound_to_another_device_is_copied_through_the_host(model, cpu_session, copies):
-    sess = device_session(model)
-    x, z = feed()
+def host_inputs(sess, x, z):
+    """An IOBinding of ``sess`` with x and z bound on the host."""
     binding = sess.io_binding()
     binding.bind_cpu_input("x", x)
     binding.bind_cpu_input("z", z)
+    return binding
+
+
+def test_output_bound_to_another_device_is_copied_through_the_host(model, cpu_session, copies):
+    sess = device_session(model)
+    x, z = feed()
+    binding = host_inputs(sess, x, z)
     binding.bind_output("y", "second", 0)
     copies.clear()
     sess.run_with_iobinding(binding)
@@ -174,9 +180,7 @@ def test_preallocated_outputs(model, cpu_session, copies):
     sess = device_session(model)
     x, z = feed()
     want_y, want_s = expected(cpu_session, x, z)
-    binding = sess.io_binding()
-    binding.bind_cpu_input("x", x)
-    binding.bind_cpu_input("z", z)
+    binding = host_inputs(sess, x, z)
     s_buffer = np.full((3, 5), -1, np.float32)
     binding.bind_output("s", "cpu", 0, np.float32, [3, 5], s_buffer.ctypes.data)
     y_target = ort.OrtValue.ortvalue_from_shape_and_type([3, 5], np.float32, "example", 0)
@@ -402,9 +406,7 @@ def test_a_device_output_outlives_its_session(model, cpu_session):
 
     sess = device_session(model)
     x, z = feed()
-    binding = sess.io_binding()
-    binding.bind_cpu_input("x", x)
-    binding.bind_cpu_input("z", z)
+    binding = host_inputs(sess, x, z)
     binding.bind_output("y", "example", 0)
     sess.run_with_iobinding(binding)
     (y,) = binding.get_outputs()

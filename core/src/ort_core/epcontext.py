@@ -9,6 +9,7 @@ the rest of the graph is written as placed. Reading the nodes back is the provid
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 
 from .errors import InvalidArgument, warn
 from .ir import save_model
@@ -25,7 +26,6 @@ def write_context_model(model: Model, part, instances: dict, config: dict[str, s
     if not path:
         raise InvalidArgument(f"the model was given as bytes: set the session config entry '{FILE_PATH_KEY}' to "
                               "where the context model goes")
-    out = model.copy()
     stem = os.path.splitext(os.path.basename(path))[0]
     nodes: list[Node] = []  # in execution order, so the file is topologically sorted
     exported = 0
@@ -52,9 +52,8 @@ def write_context_model(model: Model, part, instances: dict, config: dict[str, s
         warn(f"{ENABLE_KEY}=1, but no provider of this session exports compiled contexts; '{path}' was not "
              "written")
         return ""
-    out.graph.nodes = nodes
-    read = {v.name for v in out.graph.outputs} | {i for n in nodes for i in (*n.inputs, *outer_scope_reads(n))}
-    out.graph.initializers = {k: v for k, v in out.graph.initializers.items() if k in read}  # baked ones go
-    out.opset_imports.setdefault(CONTEXT_DOMAIN, 1)
-    save_model(out, path)
+    read = {v.name for v in model.graph.outputs} | {i for n in nodes for i in (*n.inputs, *outer_scope_reads(n))}
+    graph = replace(model.graph, nodes=nodes,  # initializers only a baked context read go
+                    initializers={k: v for k, v in model.graph.initializers.items() if k in read})
+    save_model(replace(model, graph=graph, opset_imports={CONTEXT_DOMAIN: 1, **model.opset_imports}), path)
     return path

@@ -50,11 +50,7 @@ class KernelError(OrtError, RuntimeError):
 
 
 class PluginError(OrtError, RuntimeError):
-    """A provider plugin failed or returned something malformed; the message names it.
-
-    ``provider``: the provider whose plugin failed, when one session provider is at fault."""
-
-    provider: str | None = None
+    """A provider plugin failed or returned something malformed; the message names it."""
 
 
 class RunTerminated(OrtError, RuntimeError):

@@ -147,7 +147,7 @@ class IOBinding:
             _check_same(name, target, value)
             if out.device.is_host:
                 np.copyto(target.value, value)
-            elif not write_into(target.value, value, out.device, out.device):
+            elif not write_into(target.value, value, out.device, out.device, self._session._transfers):
                 target._set(value, out.device)
             results.append(target)
         self._results = results

@@ -220,16 +220,22 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
     return device
 
 
+_defaults: list = [None, None]  # (registry, its Transfers): made once per registry
+
+
 def default_transfers() -> Transfers:
     """The transfers of every installed, available provider's default instance (values outside sessions)."""
     registry = get_registry()
-    return Transfers(registry.default(name) for name in known_devices().values() if name != CPU)
+    if _defaults[0] is not registry:
+        names = {name for name in known_devices().values() if name != CPU}
+        _defaults[:] = [registry, Transfers(registry.default(name) for name in sorted(names))]
+    return _defaults[1]
 
 
-def write_into(target: Any, value: Any, src: Device, dst: Device) -> bool:
-    """Copy ``value`` (on ``src``) into the existing DeviceTensor ``target`` (on ``dst``) through the
-    installed providers' transfer, complete on return; False when none can write into existing memory."""
-    t = default_transfers().direct(src, dst)
+def write_into(target: Any, value: Any, src: Device, dst: Device, transfers: Transfers | None = None) -> bool:
+    """Copy ``value`` (on ``src``) into the existing DeviceTensor ``target`` (on ``dst``) through ``transfers``
+    (default: the installed providers'), complete on return; False when none can write into existing memory."""
+    t = (transfers or default_transfers()).direct(src, dst)
     if not isinstance(target, DeviceTensor) or t is None or not hasattr(t, "copy_into"):
         return False
     t.copy_into(value, target, None)

@@ -10,7 +10,7 @@ The session decides the order of the pipeline; this module holds no session stat
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import KernelError, NotImplementedOp, OrtError, PluginError, warn
@@ -47,8 +47,7 @@ class Placement:
 
     def for_body(self) -> Placement:
         """The same session's placement for a graph body: its own provider list, failures kept to it."""
-        return Placement(list(self.providers), self.instances, self.opsets, self.custom_ops, self.strict,
-                         self.baking, self.check_outputs, self.source, self.bodies, session_wide=False)
+        return replace(self, providers=list(self.providers), session_wide=False)
 
     def drop(self, name: str, why: PluginError | None) -> None:
         """A provider whose plugin failed leaves this placement: ``why`` is its compile failure (an error in
@@ -79,8 +78,6 @@ def place(graph: Graph, where: Placement, model: Any = None) -> tuple[Any, dict[
         part = _partition(graph, where, excluded)
         if model is not None and _transform(model, part, where):
             part = recut(graph, where.opsets, part, where.custom_ops, where.baking)
-            for _, sub in part.subgraphs:
-                sub.bodies = where.bodies
         part.handed_back = handed_back
         if _compile_all(part, where, compiled, excluded, handed_back):
             kernels = {id(sub): compiled[(p, tuple(n.id for n in sub.nodes))] for p, sub in part.subgraphs}
@@ -108,8 +105,6 @@ def _partition(graph: Graph, where: Placement, excluded: dict[str, set[int]]):
                      strict=where.strict, excluded=excluded, baking=where.baking)
     for name in part.failed:
         where.drop(name, None)
-    for _, sub in part.subgraphs:
-        sub.bodies = where.bodies
     return part
 
 
@@ -119,6 +114,7 @@ def _compile_all(part, where: Placement, compiled: dict, excluded: dict[str, set
     by_provider: dict[str, list] = {}
     for provider, sub in part.subgraphs:
         if (provider, tuple(n.id for n in sub.nodes)) not in compiled:
+            sub.bodies = where.bodies  # kernels of nodes with graph bodies plan them through it
             by_provider.setdefault(provider, []).append(sub)
     complete = True
     for provider, subs in by_provider.items():

@@ -112,20 +112,20 @@ class _Streams:
         if t is None:
             raise InvalidGraph(f"{label}: no data transfer to move '{name}' from {src} to {device}")
         producer = self.written_on.get(src_slot)
-        if name in b.constants or not hasattr(t, "copy_into") or (producer is None and consumer is None):
+        to_host = device.is_host and producer is not None  # on the producer's stream, then the host waits
+        if name in b.constants or not hasattr(t, "copy_into") or (consumer is None and not to_host):
             self._wait(producer, None, label)  # a synchronous copy reads what the producing stream wrote
             return b.read(name, device, t, label)  # at build for constants, else one synchronous copy step
         dst_slot = b.plan.slot(name, device)
         b.copies[key] = dst_slot
         text = f"copy of '{name}' {src} -> {device}"
-        if device.is_host:  # on the producer's stream, then the host waits for it
+        if to_host:
             b.add(_copy_to_host(t), (src_slot, producer), (dst_slot,), text, copy=True)
             self.written_on[dst_slot] = None
             return dst_slot
-        allocator = self._allocator(device)
-        if producer is not None and producer != consumer:  # another stream wrote it: wait, then copy
-            after = (src_slot, producer) if consumer is None else (src_slot, producer, consumer)
-            b.add(_copy_after(t, allocator), after, (dst_slot,), text, copy=True)
+        allocator = self._allocator(device)  # from here on the reader is on a stream: the copy goes there
+        if producer is not None and producer != consumer:  # another stream wrote it: an event first
+            b.add(_copy_after(t, allocator), (src_slot, producer, consumer), (dst_slot,), text, copy=True)
         else:
             b.add(_copy_on(t, allocator), (src_slot, consumer), (dst_slot,), text, copy=True)
         self.written_on[dst_slot] = consumer
@@ -167,8 +167,7 @@ def _copy_to_host(t) -> Callable:
     def copy(value, stream):
         out = np.empty(tuple(value.shape), value.dtype)
         t.copy_into(value, out, stream)
-        if stream is not None:
-            stream.synchronize()
+        stream.synchronize()
         return (out,)
 
     return copy
@@ -184,11 +183,8 @@ def _copy_on(t, allocator) -> Callable:
 
 
 def _copy_after(t, allocator) -> Callable:
-    def copy(value, producer, consumer=None):
-        if consumer is None:  # a synchronous reader: the copy completes before it runs
-            producer.synchronize()
-        else:
-            consumer.wait(producer.record())
+    def copy(value, producer, consumer):
+        consumer.wait(producer.record())
         out = allocate(allocator, tuple(value.shape), value.dtype)
         t.copy_into(value, out, consumer)
         return (out,)

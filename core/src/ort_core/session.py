@@ -129,15 +129,15 @@ class InferenceSession:
             if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
                 _save_optimized(self._model, self._sess_options.optimized_model_filepath)
             if config.get(CONTEXT_ENABLE_KEY, "0") == "1":
-                self._context_model_path = write_context_model(self._model, self._partition, self._instances,
-                                                               config, self._model_path)
+                write_context_model(self._model, self._partition, self._instances, config, self._model_path)
         if self._profiler is not None:
             self._profiler.record("Session", "session_initialization", t_start, time.perf_counter_ns(), {})
 
     # ------------------------------------------------------------------ build
-    def _use_providers(self, registry, providers, provider_options) -> None:
+    def _use_providers(self, registry, providers, provider_options, unknown_raises: bool = False) -> None:
         """Resolve the user's provider list and make this session's instances (old ones closed)."""
-        names, options, self._cpu_explicit = _resolve_providers(registry, providers, provider_options, self._strict)
+        names, options, self._cpu_explicit = _resolve_providers(registry, providers, provider_options, self._strict,
+                                                                unknown_raises)
         _close_instances(self._instances)
         self._provider_options = options
         self._providers = []
@@ -287,14 +287,9 @@ class InferenceSession:
     def set_providers(self, providers=None, provider_options=None) -> None:
         """Rebuild the session for another provider list (as onnxruntime allows); an unknown provider name
         raises (onnxruntime's RuntimeError, as Fail), naming it."""
-        registry = get_registry()
-        for entry in [providers] if isinstance(providers, str) else (providers or []):
-            name = entry[0] if isinstance(entry, (tuple, list)) else entry
-            if isinstance(name, str) and name not in registry.providers:
-                raise Fail(f"Unknown Provider Type: {name} (installed: {', '.join(sorted(registry.providers))})")
         token = severity(int(self._sess_options.log_severity_level))
         try:
-            self._use_providers(get_registry(), providers, provider_options)
+            self._use_providers(get_registry(), providers, provider_options, unknown_raises=True)
             with run_context(self._limits):
                 self._build()
         finally:
@@ -410,10 +405,11 @@ def _refuse_cpu_fallback(graph, part) -> None:
                            + "\n".join(lines) + more)
 
 
-def _resolve_providers(registry, providers, provider_options, strict: bool = False):
+def _resolve_providers(registry, providers, provider_options, strict: bool = False, unknown_raises: bool = False):
     """Validate the user's provider list -> (names, options per name, CPU requested explicitly).
 
-    Unknown or unavailable providers are skipped with a warning, or refused in strict mode.
+    Unknown or unavailable providers are skipped with a warning, or refused in strict mode; with
+    ``unknown_raises`` (set_providers, as onnxruntime) a name no plugin offers raises Fail.
     """
     if providers is None:
         providers = [CPU]
@@ -436,6 +432,8 @@ def _resolve_providers(registry, providers, provider_options, strict: bool = Fal
         if not isinstance(opts, dict):
             raise InvalidArgument(f"options for provider '{name}' must be a dict, got {type(opts).__name__}")
         reg = registry.providers.get(name)
+        if reg is None and unknown_raises:
+            raise Fail(f"Unknown Provider Type: {name} (installed: {', '.join(sorted(registry.providers))})")
         if strict and (reg is None or not reg.info.available):
             why = "is not installed" if reg is None else f"is unavailable: {reg.info.reason}"
             raise InvalidArgument(f"provider '{name}' {why} ({STRICT_KEY}=1 refuses to fall back)")

@@ -20,10 +20,9 @@ class Transfers:
     device owns it; host-only providers own nothing: host to host is a reference or a numpy copy)."""
 
     def __init__(self, providers: Iterable[Any], fallback: Transfers | None = None) -> None:
-        self._providers = list(providers)  # SessionProviders; their transfers are asked for lazily
         self._fallback = fallback  # for devices none of these providers owns (IOBinding to another device)
-        self._owners: dict[Device, Any] = {}
-        for ep in self._providers:
+        self._owners: dict[Device, Any] = {}  # SessionProviders; their transfers are asked for lazily
+        for ep in providers:
             for device in ep.devices:
                 if not device.is_host:
                     self._owners.setdefault(device, ep)

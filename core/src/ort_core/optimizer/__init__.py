@@ -18,7 +18,7 @@ from .dead_code import eliminate_dead_code
 from .identity import remove_identities
 
 BASIC = 1
-EXTENDED = 2  # provider-specific fusions, run by the session after partitioning (cpu_fusion.py)
+EXTENDED = 2  # provider fusions, run as the providers' transforms after partitioning (cpu_fusion.py)
 
 
 def optimize(model: Model, level: int, evaluate: Callable, keep_qdq: bool = False) -> dict[str, int]:

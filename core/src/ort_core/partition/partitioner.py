@@ -92,9 +92,7 @@ def partition(graph: Graph, opsets: dict[str, int], providers: list, custom_ops=
     if unassigned:
         raise NotImplementedOp(_unassigned_message(graph, unassigned, result.declined, opsets, custom_ops))
     result.fused = dict(fuse)
-    result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse, baking)
-    for _, sub in result.subgraphs:
-        sub.custom_ops = custom_ops
+    result.subgraphs = _cut(graph, opsets, order, result.assignment, fuse, baking, custom_ops)
     return result
 
 
@@ -106,9 +104,7 @@ def recut(graph: Graph, opsets: dict[str, int], part: Partition, custom_ops=None
     present = {n.id for n in graph.nodes}
     part.assignment = {i: p for i, p in part.assignment.items() if i in present}
     part.nodes.update((n.id, n) for n in graph.nodes)
-    part.subgraphs = _cut(graph, opsets, topological_order(graph), part.assignment, part.fused, baking)
-    for _, sub in part.subgraphs:
-        sub.custom_ops = custom_ops
+    part.subgraphs = _cut(graph, opsets, topological_order(graph), part.assignment, part.fused, baking, custom_ops)
     return part
 
 
@@ -140,15 +136,16 @@ def _unassigned_message(graph: Graph, ids: list[int], declined: dict[str, dict[i
 
 
 def _cut(graph: Graph, opsets: dict[str, int], order: list[Node], assignment: dict[int, str],
-         fuse: dict[str, bool], baking: set[str] | frozenset) -> list[tuple[str, FusedSubgraph]]:
+         fuse: dict[str, bool], baking: set[str] | frozenset, custom_ops=None) -> list[tuple[str, FusedSubgraph]]:
     groups = _group(graph, order, assignment, fuse)
     consumers = graph.consumers()
     graph_outputs = {v.name for v in graph.outputs}
     constants = graph.constant_initializers()
     out = []
     for k, (p, nodes) in enumerate(groups):
-        out.append((p, _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants,
-                                 p in baking)))
+        sub = _subgraph(graph, opsets, f"{p}_{k}", nodes, consumers, graph_outputs, constants, p in baking)
+        sub.custom_ops = custom_ops
+        out.append((p, sub))
     return out
 
 

@@ -5,13 +5,12 @@ library once, the ONNX-domain spelling, Constant-node values); the contract itse
 ``hookspecs``.
 """
 
-import pluggy
-
 from ..ir.graph import is_onnx_domain, onnx_domain
 from .context import ArtifactCache, context_blob, is_context_node
+from .hookspecs import hookimpl
 from .kernel import ContextKernel, KernelContext
 from .loading import LoadOnce, missing_symbols
-from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph
+from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph, provider_hooks
 from .types import (
     Capability,
     FusedSubgraph,
@@ -22,9 +21,7 @@ from .types import (
     constant_node_values,
 )
 
-hookimpl = pluggy.HookimplMarker("ort_core")
-
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
            "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "TransformView",
            "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "context_blob", "hookimpl",
-           "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain"]
+           "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain", "provider_hooks"]

@@ -33,6 +33,7 @@ from __future__ import annotations
 import pluggy
 
 hookspec = pluggy.HookspecMarker("ort_core")
+hookimpl = pluggy.HookimplMarker("ort_core")  # what plugins decorate their hooks with (ort_core.plugins.hookimpl)
 
 
 @hookspec

@@ -9,7 +9,7 @@ and pluggy registers them with that module like its own hook implementations.
 from __future__ import annotations
 
 from ..memory import HOST, HostAllocator, HostDataTransfer
-from . import hookimpl
+from .hookspecs import hookimpl
 
 ALLOCATOR = HostAllocator()
 TRANSFER = HostDataTransfer()

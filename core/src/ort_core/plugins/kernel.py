@@ -8,8 +8,8 @@ memory. The executor builds contexts; this module only defines them.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -19,19 +19,10 @@ from ..memory.tensor import DeviceTensor
 
 @dataclass(frozen=True)
 class ContextKernel:
-    """A kernel called as ``run(ctx)`` with a KernelContext; it fills ``ctx.outputs``.
-
-    ``views``: output index -> input index, for outputs that may be views of that input (Reshape,
-    Identity, Squeeze...): the planner keeps the input alive as long as the output, and the core copies
-    such an output before handing it to the caller, so nothing returned aliases a feed or a weight.
-    ``stable_addresses``: the kernel wants its outputs at the same addresses on every run with the same
-    input shapes (what replaying a captured device graph needs); the planner then keeps one set of
-    output buffers per input-shape signature for it, and such a kernel must not run in two runs at once.
-    """
+    """A kernel called as ``run(ctx)`` with a KernelContext; it fills ``ctx.outputs``. (Declaring outputs as
+    views of inputs, and stable output addresses for graph replay, are not part of the contract yet.)"""
 
     run: Callable[[KernelContext], None]
-    views: Mapping[int, int] = field(default_factory=dict)
-    stable_addresses: bool = False
 
 
 class KernelContext:
@@ -41,15 +32,14 @@ class KernelContext:
     ``outputs``: one entry per ``subgraph.outputs``: a buffer already allocated on the provider's device
     where the output's static shape and type are known (write into it), else None until the kernel
     calls ``output(i, shape, dtype)``. ``stream``: the run's stream of the provider (None for
-    synchronous providers). ``scratch(nbytes)``: temporary device memory valid for this call (and the
-    work it enqueues, which holds the buffer).
+    synchronous providers). ``scratch(nbytes)``: temporary device memory, alive while referenced (work the
+    kernel enqueues holds the buffer it uses).
     """
 
-    __slots__ = ("inputs", "outputs", "stream", "allocator", "_retained")
+    __slots__ = ("inputs", "outputs", "stream", "allocator")
 
     def __init__(self, inputs: Sequence[Any], outputs: list[Any], stream: Any, allocator: Any) -> None:
         self.inputs, self.outputs, self.stream, self.allocator = tuple(inputs), outputs, stream, allocator
-        self._retained: list[Any] = []
 
     def output(self, index: int, shape: Sequence[int], dtype: Any) -> Any:
         """The buffer for output ``index`` with ``shape``/``dtype``: the pre-allocated one when it matches,
@@ -63,10 +53,8 @@ class KernelContext:
         return value
 
     def scratch(self, nbytes: int) -> Any:
-        """A temporary buffer of ``nbytes`` from the provider's allocator."""
-        buffer = self.allocator.allocate(int(nbytes))
-        self._retained.append(buffer)
-        return buffer
+        """A temporary buffer of ``nbytes`` from the provider's allocator (work enqueued with it keeps it)."""
+        return self.allocator.allocate(int(nbytes))
 
 
 def allocate(allocator: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:

@@ -85,14 +85,14 @@ class PluginRegistry:
         for info in infos:
             if info.name in self.providers:
                 other = self.providers[info.name]
-                _warn(f"provider plugin '{name}' ({dist}) declares '{info.name}', already provided by "
+                warn(f"provider plugin '{name}' ({dist}) declares '{info.name}', already provided by "
                       f"plugin '{other.plugin_name}' ({other.distribution}); keeping the first")
                 continue
             self.providers[info.name] = Registered(info, plugin, name, dist)
 
     def _skip(self, name: str, dist: str, why: str) -> None:
         self.skipped[name] = why
-        _warn(f"provider plugin '{name}' ({dist}) skipped: {why}")
+        warn(f"provider plugin '{name}' ({dist}) skipped: {why}")
 
     def _only(self, plugin: Any):
         """A hook relay reaching only ``plugin``."""
@@ -205,15 +205,11 @@ class SessionProvider:
     def asynchronous(self) -> bool:
         return bool(self.ep.asynchronous)
 
-    def _failed(self, call: str, e: BaseException) -> PluginError:
-        err = PluginError(f"{self.reg.label}: {call} for '{self.name}' raised {type(e).__name__}: {e}")
-        err.provider = self.name
-        return err
-
     def _bad(self, call: str, problem: str) -> PluginError:
-        err = PluginError(f"{self.reg.label}: {call} for '{self.name}' {problem}")
-        err.provider = self.name
-        return err
+        return PluginError(f"{self.reg.label}: {call} for '{self.name}' {problem}")
+
+    def _failed(self, call: str, e: BaseException) -> PluginError:
+        return self._bad(call, f"raised {type(e).__name__}: {e}")
 
     def _ask(self, call: str, method, *args) -> Any:
         """``method(*args)``, any exception from the plugin becoming a PluginError naming it."""
@@ -291,7 +287,7 @@ class SessionProvider:
         try:
             self.ep.close()
         except Exception as e:  # noqa: BLE001
-            _warn(f"{self.reg.label}: closing '{self.name}' raised {type(e).__name__}: {e}")
+            warn(f"{self.reg.label}: closing '{self.name}' raised {type(e).__name__}: {e}")
 
 
 def check_options(info: ProviderInfo, options: Mapping[str, Any] | None) -> dict[str, str]:
@@ -332,10 +328,6 @@ def _provider_entry_points():
 
 def _dist_name(ep: Any) -> str | None:
     return getattr(getattr(ep, "dist", None), "name", None)
-
-
-def _warn(msg: str) -> None:
-    warn(msg)
 
 
 _lock = threading.Lock()

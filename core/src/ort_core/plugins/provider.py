@@ -18,6 +18,7 @@ from ..memory.device import Device
 from ..memory.host import HostAllocator, HostDataTransfer
 from ..memory.protocols import Allocator, DataTransfer
 from ..memory.stream import Stream
+from .hookspecs import hookimpl
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, TransformView
 
 Kernel = Callable[..., Sequence[Any]]
@@ -195,3 +196,23 @@ class HookProvider(ExecutionProvider):
 
     def data_transfer(self) -> DataTransfer:
         return self._call("ort_data_transfer")
+
+
+def provider_hooks(info: Callable[[], ProviderInfo],
+                   make: Callable[[ProviderInfo, dict, SessionContext], ExecutionProvider]) -> tuple:
+    """The two hooks of a plugin offering one provider: registration answers ``[info()]`` (asked afresh, so
+    availability is read when the core asks), the factory returns ``make(info(), options, session)``. A
+    plugin module assigns them under the hooks' names, where pluggy finds them::
+
+        ort_register_providers, ort_create_provider = provider_hooks(_info, MyProvider)
+    """
+
+    @hookimpl
+    def ort_register_providers():
+        return [info()]
+
+    @hookimpl
+    def ort_create_provider(provider, options, session):
+        return make(info(), options, session)
+
+    return ort_register_providers, ort_create_provider

@@ -20,7 +20,7 @@ from ort_core.plugins import ContextKernel, FusedSubgraph, KernelContext, contex
 
 from .memory import view
 
-PROVIDER = "ExampleExecutionProvider"
+PROVIDER = "ExampleExecutionProvider"  # its name, here because compile reads its own EPContext nodes
 
 NEWEST_OPSET = 28
 """The newest default-domain opset these ops were checked against (onnx 1.23). A later opset
@@ -152,27 +152,32 @@ def program_to_bytes(program: Program) -> bytes:
 
 def program_from_bytes(blob: bytes, label: str) -> Program:
     """A saved program, checked step by step (the bytes come from a model file: trust nothing)."""
+    def invalid(why: str) -> ValueError:
+        return ValueError(f"{label}: its context is not a valid {CONTEXT_FORMAT} program ({why})")
+
     try:
         data = json.loads(blob.decode("utf-8"))
-        assert data.get("format") == CONTEXT_FORMAT, f"format {data.get('format')!r}, expected {CONTEXT_FORMAT!r}"
-        program = []
-        for op, ins, out in data["steps"]:
-            assert op in OPS, f"unknown op {op!r}"
-            assert len(ins) == OPS[op].arity and all(isinstance(i, str) and i for i in (*ins, out)), \
-                f"bad operands for {op}"
-            program.append((op, tuple(ins), out))
-        return program
-    except (AssertionError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{label}: its context is not a valid {CONTEXT_FORMAT} program ({e})") from None
+    except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise invalid(str(e)) from None
+    if not isinstance(data, dict) or data.get("format") != CONTEXT_FORMAT or not isinstance(data.get("steps"), list):
+        raise invalid(f"format {data.get('format') if isinstance(data, dict) else None!r}, expected {CONTEXT_FORMAT!r}")
+    program = []
+    for step in data["steps"]:
+        op, ins, out = step if isinstance(step, list) and len(step) == 3 else (None, None, None)
+        if not isinstance(op, str) or op not in OPS:
+            raise invalid(f"unknown op {op!r}")
+        if not isinstance(ins, list) or len(ins) != OPS[op].arity or \
+                not all(isinstance(n, str) and n for n in (*ins, out)):
+            raise invalid(f"bad operands for {op}")
+        program.append((op, tuple(ins), out))
+    return program
 
 
-def compile_subgraph(subgraph: FusedSubgraph, program: Program | None = None) -> ContextKernel:
-    """A kernel of contract v2 for ``subgraph`` (or its ``program``, when already made): called with a
+def compile_subgraph(subgraph: FusedSubgraph, program: Program) -> ContextKernel:
+    """A kernel of contract v2 running ``program`` (``subgraph``'s, from ``compile_program``): called with a
     KernelContext holding one device tensor per ``subgraph.inputs``, it works out the output shapes on the
     host, takes the output buffers from the context (pre-allocated by the core where the model fixes their
-    shape) and enqueues the arithmetic on the run's stream. Raises ValueError for a node it cannot run."""
-    if program is None:
-        program = compile_program(subgraph)
+    shape) and enqueues the arithmetic on the run's stream."""
     steps = [(OPS[op], ins, out, f"{op} -> '{out}'") for op, ins, out in program]
     inputs = tuple(subgraph.inputs)
     out_index = {name: k for k, name in enumerate(subgraph.outputs)}
@@ -184,7 +189,7 @@ def compile_subgraph(subgraph: FusedSubgraph, program: Program | None = None) ->
         if len(xs) != len(inputs):
             raise ValueError(f"expected {len(inputs)} inputs {list(inputs)}, got {len(xs)}")
         meta = {name: (x.shape, x.dtype) for name, x in zip(inputs, xs)}
-        plan = []  # (op, input names, output name, label, device buffer of a subgraph output or None)
+        plan = []  # (op, input names, output name, shape, device buffer of a subgraph output or None)
         for op, names, out_name, label in steps:
             dtypes = {meta[n][1] for n in names}
             if len(dtypes) > 1:
@@ -193,7 +198,7 @@ def compile_subgraph(subgraph: FusedSubgraph, program: Program | None = None) ->
             dtype = meta[names[0]][1]
             meta[out_name] = (shape, dtype)
             k = out_index.get(out_name)
-            plan.append((op, names, out_name, label, None if k is None else ctx.output(k, shape, dtype)))
+            plan.append((op, names, out_name, shape, None if k is None else ctx.output(k, shape, dtype)))
         tensors = dict(zip(inputs, xs))
         ctx.stream.enqueue(lambda: _compute(plan, tensors), f"subgraph of {len(steps)} node(s)")
 
@@ -206,9 +211,9 @@ def _compute(plan: list, tensors: dict) -> None:
     env = {name: view(t) for name, t in tensors.items()}
     # inf/nan from Exp or Div are results, as on the CPU provider; not worth a warning
     with np.errstate(all="ignore"):
-        for op, names, out_name, _label, target in plan:
+        for op, names, out_name, shape, target in plan:
             args = [env[n] for n in names]
-            out = np.empty(op.shape(*args), args[0].dtype) if target is None else view(target, writable=True)
+            out = np.empty(shape, args[0].dtype) if target is None else view(target, writable=True)
             op.compute(out, *args)
             out.flags.writeable = False
             env[out_name] = out

@@ -84,8 +84,9 @@ def unavailable_reason() -> str:
 class DeviceBuffer:
     """``nbytes`` of device memory starting at ``ptr`` (a ``char *`` owned through ``ffi.gc``).
 
-    The memory is released when the last reference to ``ptr`` goes, including numpy views made
-    through ``ffi.buffer`` (they hold ``ptr``), or earlier by ``ExampleAllocator.free``.
+    The memory is released when the last reference to ``ptr`` goes (a DeviceTensor holds its buffer as
+    its owner), or earlier by ``ExampleAllocator.free``. Views made by ``view`` do not hold it: whoever
+    uses a view keeps the tensor referenced meanwhile (queued work holds the tensors it reads and writes).
     """
 
     __slots__ = ("ptr", "nbytes")

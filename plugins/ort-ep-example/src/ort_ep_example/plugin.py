@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import threading
 
-from ort_core.plugins import ArtifactCache, Capability, ExecutionProvider, ProviderInfo, hookimpl, is_context_node
+from ort_core.plugins import ArtifactCache, Capability, ExecutionProvider, ProviderInfo, is_context_node, provider_hooks
 
 from . import __version__
-from .kernels import compile_program, compile_subgraph, program_from_bytes, program_to_bytes, unsupported_reason
+from .kernels import (
+    PROVIDER,
+    compile_program,
+    compile_subgraph,
+    program_from_bytes,
+    program_to_bytes,
+    unsupported_reason,
+)
 from .memory import ALLOCATOR, DEVICE, TRANSFER, unavailable_reason
 from .stream import RunStream, Worker
 
-NAME = "ExampleExecutionProvider"
+NAME = PROVIDER
 OPTIONS = {"device_id": "0", "cache_dir": ""}
 """The provider options it accepts, with their defaults: the core refuses any other name, listing these.
 ``cache_dir``: a folder where compiled programs are kept between sessions (none by default)."""
@@ -30,16 +37,6 @@ def _info() -> ProviderInfo:
                         description="EXAMPLE provider (template for vendors, not an accelerator): "
                                     "float elementwise ops and MatMul in libc memory via cffi",
                         version=__version__, options=OPTIONS)
-
-
-@hookimpl
-def ort_register_providers():
-    return [_info()]
-
-
-@hookimpl
-def ort_create_provider(provider, options, session):
-    return ExampleProvider(_info(), options, session)
 
 
 class ExampleProvider(ExecutionProvider):
@@ -116,3 +113,6 @@ class ExampleProvider(ExecutionProvider):
 
     def data_transfer(self):
         return TRANSFER
+
+
+ort_register_providers, ort_create_provider = provider_hooks(_info, ExampleProvider)

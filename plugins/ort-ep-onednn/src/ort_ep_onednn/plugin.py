@@ -8,7 +8,7 @@ engine computes there).
 from __future__ import annotations
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
+from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provider_hooks
 
 from . import __version__
 from . import library as L
@@ -29,16 +29,6 @@ def _info() -> ProviderInfo:
                        "subgraphs as primitives, activations channels-last")
     return ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
                         version=__version__, options={k: str(v) for k, v in DEFAULTS.items()})
-
-
-@hookimpl
-def ort_register_providers():
-    return [_info()]
-
-
-@hookimpl
-def ort_create_provider(provider, options, session):
-    return DnnlProvider(_info(), options, session)
 
 
 def precision_reason(lib: L.Library, opts: Options) -> str:
@@ -67,7 +57,7 @@ class DnnlProvider(ExecutionProvider):
         lib = L.library()
         problem = precision_reason(lib, opts)
         if problem:
-            return Capability((), {n.id: problem for n in nodes}, fuse=True)
+            return Capability.from_reasons(nodes, lambda node: problem)
         ctx = Context(graph.graph, graph.opset(""), graph.constant)
         return Capability.from_reasons(nodes, lambda node: unsupported_reason(lib, node, ctx, bf16_of(opts)))
 
@@ -89,3 +79,6 @@ class DnnlProvider(ExecutionProvider):
         inits = subgraph.graph.initializers
         defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}
         return make_kernel(lib, spec, opts, subgraph.name, defaults)
+
+
+ort_register_providers, ort_create_provider = provider_hooks(_info, DnnlProvider)

@@ -8,7 +8,7 @@ built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay 
 from __future__ import annotations
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl
+from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provider_hooks
 
 from . import __version__
 from . import runtime as rt
@@ -30,16 +30,6 @@ def _info() -> ProviderInfo:
                         version=__version__, options={k: str(v) for k, v in DEFAULTS.items()})
 
 
-@hookimpl
-def ort_register_providers():
-    return [_info()]
-
-
-@hookimpl
-def ort_create_provider(provider, options, session):
-    return OpenVINOProvider(_info(), options, session)
-
-
 class OpenVINOProvider(ExecutionProvider):
     """One session's OpenVINO provider: its parsed options (a bad value is refused when the session is
     made). Values stay in host memory. The OpenVINO core and the probe verdicts are process-wide: the
@@ -56,7 +46,7 @@ class OpenVINOProvider(ExecutionProvider):
         device_problem = device_reason(opts)
         if device_problem:
             # every node gets the reason; the session falls back to the next provider for all of them
-            return Capability((), {n.id: device_problem for n in nodes}, fuse=True)
+            return Capability.from_reasons(nodes, lambda node: device_problem)
         PROBES.load(opts.cache_dir)
         ctx, device = Context.of_view(graph), probe_device(opts)
         capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, device))
@@ -113,3 +103,6 @@ def _present(device: str, available: list[str]) -> bool:
     base, _, index = device.partition(".")
     # one GPU is listed as 'GPU' but answers to 'GPU.0' too; 'GPU' alone means any GPU
     return (not index and any(a.split(".")[0] == base for a in available)) or (index == "0" and base in available)
+
+
+ort_register_providers, ort_create_provider = provider_hooks(_info, OpenVINOProvider)

@@ -11,14 +11,13 @@ from ...errors import KernelError
 from ...ir.graph import onnx_domain
 from ...memory import HOST, HostAllocator
 from ...memory.arena import host_arena
-from ...plugins import Capability, ExecutionProvider, ProviderInfo, hookimpl, is_context_node
+from ...optimizer import EXTENDED
+from ...plugins import Capability, ExecutionProvider, ProviderInfo, is_context_node, provider_hooks
 from . import ops  # noqa: F401  (importing registers the kernels)
 from .registry import lookup, outer_scope_names
 
 NAME = "CPUExecutionProvider"
 
-
-EXTENDED_LEVEL = 2  # GraphOptimizationLevel.ORT_ENABLE_EXTENDED
 
 OPTIONS = {"use_arena": "1"}
 """Provider options (onnxruntime's CPU provider takes ``use_arena`` too): "0" gives plain aligned
@@ -27,22 +26,12 @@ numpy buffers instead of the pooled host arena for host values made through the 
 INFO = ProviderInfo(NAME, (HOST,), True, description="numpy kernels, always available", options=OPTIONS)
 
 
-@hookimpl
-def ort_register_providers():
-    return [INFO]
-
-
-@hookimpl
-def ort_create_provider(provider, options, session):
-    return CPUProvider(options, session)
-
-
 class CPUProvider(ExecutionProvider):
     """Claims every node with a registered kernel for its op type and opset (registered custom ops
     included) and compiles node by node: each subgraph it gets is one node."""
 
-    def __init__(self, options, session) -> None:
-        super().__init__(INFO, options, session)
+    def __init__(self, info, options, session) -> None:
+        super().__init__(info, options, session)
         arena = str(self.options.get("use_arena", OPTIONS["use_arena"])).strip().lower()
         if arena not in ("0", "1", "true", "false"):
             raise ValueError(f"use_arena must be '0' or '1', got {self.options['use_arena']!r}")
@@ -63,7 +52,7 @@ class CPUProvider(ExecutionProvider):
 
     def transform(self, view):
         """ort-core's fusions over its nodes, at optimization level extended and up."""
-        return view.fuse() if self.session.optimization_level >= EXTENDED_LEVEL else 0
+        return view.fuse() if self.session.optimization_level >= EXTENDED else 0
 
     def compile_subgraph(self, subgraph):
         if len(subgraph.nodes) != 1:
@@ -81,6 +70,9 @@ class CPUProvider(ExecutionProvider):
 
     def allocator(self, device):
         return self._allocator
+
+
+ort_register_providers, ort_create_provider = provider_hooks(lambda: INFO, CPUProvider)
 
 
 def _adapt(kernel, node, inputs, outputs):
