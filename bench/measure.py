@@ -40,8 +40,8 @@ import warnings
 import numpy as np
 
 CPU = "CPUExecutionProvider"
-GEMM_OPS = {"Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "Gemm", "FusedGemm", "Attention",
-            "MultiHeadAttention", "LSTM", "GRU", "RNN"}
+GEMM_OPS = {"Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "MatMulBias", "Gemm", "FusedGemm",
+            "Attention", "MultiHeadAttention", "LSTM", "GRU", "RNN"}
 
 
 # ------------------------------------------------------------------------------------------- latency
@@ -225,7 +225,7 @@ def gemm_products(step: dict) -> list[tuple[tuple, tuple, int]]:
         groups = y[1] // w[1]
         m, k, n = w[1] * math.prod(w[2:]), x[1] // groups, x[0] * math.prod(x[2:])
         return [_grouped(groups, m, k, n)]
-    if op in ("MatMul", "FusedMatMul"):
+    if op in ("MatMul", "FusedMatMul", "MatMulBias"):
         return [(tuple(x), tuple(w), 1)]
     if op in ("Gemm", "FusedGemm"):
         m, n = y

@@ -130,7 +130,7 @@ def test_floor_products_of_a_profiled_bert_cover_its_matmuls(tmp_path):
 
 
 def test_floor_products_of_conv_gemm_and_recurrent_steps():
-    grouped = {"op": "ort_core::FusedConv", "inputs": [[1, 24, 56, 56], [112, 6, 1, 1], [112]],
+    grouped = {"op": "com.microsoft::FusedConv", "inputs": [[1, 24, 56, 56], [112, 6, 1, 1], [112]],
                "outputs": [[1, 112, 56, 56]], "attrs": {}}
     assert measure.gemm_products(grouped) == [((4, 28, 6), (4, 6, 3136), 1)]
     conv = {"op": "Conv", "inputs": [[2, 3, 32, 32], [8, 3, 3, 3], None], "outputs": [[2, 8, 16, 16]], "attrs": {}}

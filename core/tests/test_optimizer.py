@@ -202,7 +202,7 @@ def test_cpu_fusions_match_unfused(act, attrs, extra):
     for a, b in zip(ref, got):
         np.testing.assert_allclose(b, a, rtol=1e-5, atol=1e-6)
     ops = sorted(op for a in sess.get_provider_graph_assignment_info() for op in a.op_types)
-    assert ops == ["FusedConv", "FusedMatMul"]
+    assert ops == ["FusedConv", "MatMulBias"]
 
 
 def test_cpu_fusion_leaves_other_providers_nodes_alone():
@@ -244,7 +244,7 @@ def test_conv_residual_add_activation_fuse(add_op, activation, swap):
     skip = feeds["skip"].copy()
     (ref,), (got,), sess = run_both(residual_model(add_op, activation=activation, swap=swap), feeds)
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-5)
-    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == ["FusedConvAdd"]
+    assert [op for a in sess.get_provider_graph_assignment_info() for op in a.op_types] == ["FusedConv"]
     np.testing.assert_array_equal(feeds["skip"], skip)  # the sum goes into the Conv's output, not the residual
 
 

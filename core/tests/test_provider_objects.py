@@ -28,7 +28,7 @@ PICKY_SRC = """
                         options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0", "fuse": "0"})
     EVENTS = []
     OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
-    FUSED = {"FusedMatMul": lambda a, w, b: a @ w + b}  # made by its transform (ort-core's fusion passes)
+    FUSED = {"MatMulBias": lambda a, w, b: a @ w + b}  # made by its transform (ort-core's fusion passes)
 
 
     class PickyProvider(ExecutionProvider):
@@ -295,12 +295,12 @@ def test_provider_fusions_do_not_partition_the_graph_again(picky):
 
 def test_any_provider_may_fuse_its_own_nodes_with_the_fusion_passes(picky):
     """A provider that runs ort-core's fused ops fuses its claimed nodes in its transform (no second
-    partitioning); the MatMul + bias Add it took arrive at its compile as one FusedMatMul."""
+    partitioning); the MatMul + bias Add it took arrive at its compile as one ort_core::MatMulBias."""
     model = matmul_bias_relu_model()
     with pytest.warns(ort.OrtWarning):
         sess = ort.InferenceSession(model, providers=[(PICKY, {"fuse": "1"})])
     assert [(a.provider, a.op_types) for a in sess.get_provider_graph_assignment_info()] == [
-        (PICKY, ("FusedMatMul", "Relu"))]
+        (PICKY, ("MatMulBias", "Relu"))]
     assert sess._optimizer_stats[f"transform:{PICKY}"] == 1
     assert picky.EVENTS.count(("capability",)) == 1
     x = np.random.default_rng(6).standard_normal((2, 4)).astype(np.float32)

@@ -68,3 +68,45 @@ def check(op_type, inputs, attrs=None, opset=21, n_outputs=1, rtol=1e-5, atol=1e
         assert a.shape == b.shape, f"output {i}: shape {a.shape} != reference {b.shape}"
         np.testing.assert_allclose(a, b, rtol=rtol, atol=atol, err_msg=f"output {i}")
     return ours
+
+
+def run_onnxruntime(op_type, inputs, attrs=None, opset=21, n_outputs=1, domain="com.microsoft", domain_opset=1):
+    """Outputs of onnxruntime's CPU provider for one node (the test skips without onnxruntime): the
+    only reference for onnxruntime's contrib ops (domain com.microsoft). ``None`` in inputs marks an
+    omitted optional input; the default domain is imported at ``opset``."""
+    ort = pytest.importorskip("onnxruntime")
+    names = [f"x{i}" if x is not None else "" for i, x in enumerate(inputs)]
+    outs = [f"y{i}" for i in range(n_outputs)]
+    node = helper.make_node(op_type, names, outs, domain=domain, **dict(attrs or {}))
+    g_inputs = [helper.make_tensor_value_info(n, elem_type_of(np.asarray(x).dtype), np.shape(x))
+                for n, x in zip(names, inputs) if x is not None]
+    graph = helper.make_graph([node], "t", g_inputs, [helper.make_empty_tensor_value_info(o) for o in outs])
+    imports = [helper.make_opsetid("", opset)]
+    if domain not in ("", "ai.onnx"):
+        imports.append(helper.make_opsetid(domain, domain_opset))
+    model = helper.make_model(graph, opset_imports=imports)
+    model.ir_version = 8
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run(None, {n: x for n, x in zip(names, inputs) if x is not None})
+
+
+def check_onnxruntime(op_type, inputs, attrs=None, opset=21, n_outputs=1, domain="com.microsoft", rtol=1e-5,
+                      atol=1e-6, domain_opset=1):
+    """Assert our kernel matches onnxruntime's in dtype, shape and values, output by output (an output
+    onnxruntime leaves empty or we omit is compared only when both give it)."""
+    ours = run_ours(op_type, inputs, attrs, domain_opset if domain not in ("", "ai.onnx") else opset, n_outputs,
+                    domain=domain)
+    ref = run_onnxruntime(op_type, inputs, attrs, opset, n_outputs, domain, domain_opset)
+    assert len(ours) == len(ref)
+    for i, (a, b) in enumerate(zip(ours, ref)):
+        if a is None or b is None:
+            continue
+        a, b = np.asarray(a), np.asarray(b)
+        assert a.dtype == b.dtype, f"output {i}: dtype {a.dtype} != onnxruntime's {b.dtype}"
+        assert a.shape == b.shape, f"output {i}: shape {a.shape} != onnxruntime's {b.shape}"
+        np.testing.assert_allclose(a.astype(np.float64) if a.dtype.kind == "f" else a,
+                                   b.astype(np.float64) if b.dtype.kind == "f" else b,
+                                   rtol=rtol, atol=atol, err_msg=f"output {i}")
+    return ours

@@ -3,20 +3,25 @@ transformer fusions (LayerNorm, GELU, attention, SkipLayerNorm: one module each,
 
 Run after partitioning, as a provider's transform (``TransformView.fuse``), only on the nodes that
 provider took, so other providers still see the standard ops; the CPU provider uses them. The fused
-ops live in ort-core's own domain ``ort_core`` (documented in providers/cpu/ops/fused.py and
-fused_transformer.py, which run them); this module only rewrites the graph.
+ops are onnxruntime's contrib ops (domain ``com.microsoft``, its semantics: FusedConv, FusedGemm, ...)
+wherever onnxruntime has one, and ort-core's own domain ``ort_core`` only where it has none
+(FusedBatchNormalization, MatMulBias: providers/cpu/ops/fused.py); this module only rewrites the graph.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from ..ir.graph import Model, Node
 from .attention_fusion import fuse_attention
 from .gelu_fusion import fuse_gelus
 from .layernorm_fusion import fuse_layer_norms
-from .rewrite import DOMAIN, Matcher
+from .rewrite import CONTRIB, DOMAIN, Matcher
 from .skip_layernorm_fusion import fuse_skip_layer_norms
 
 ACTIVATIONS = {"Relu", "LeakyRelu", "Clip", "Sigmoid", "Tanh", "HardSigmoid"}
+GEMM_ACTIVATIONS = ACTIVATIONS - {"Clip"}  # onnxruntime's FusedGemm has no Clip
+_PARAMS = {"LeakyRelu": (("alpha", 0.01),), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
 
 
 def fuse_nodes(model: Model, node_ids: set[int]) -> int:
@@ -25,7 +30,10 @@ def fuse_nodes(model: Model, node_ids: set[int]) -> int:
     fused = _fuse_transformers(m)
     fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
     if fused:
-        model.opset_imports.setdefault(DOMAIN, 1)
+        domains = {n.domain for n in model.graph.nodes}
+        for domain in (CONTRIB, DOMAIN):
+            if domain in domains:
+                model.opset_imports.setdefault(domain, 1)
     return fused
 
 
@@ -51,20 +59,23 @@ class _Chains:
             if nxt is None:
                 continue
             if node.op_type == "Conv" and nxt.op_type in ("Add", "Sum") and (residual := self.residual_of(node, nxt)):
-                self.merge(node, nxt, "FusedConvAdd", {}, [residual])
+                self.merge(node, nxt, "FusedConv", CONTRIB, {}, [residual])
                 count += 1
                 act = self.sole_reader(node)
                 if act is not None and self.fusable_activation(node, act):
-                    self.absorb_activation(node, act)
+                    self.merge(node, act, "FusedConv", CONTRIB, self.activation_params(act), [])
                     count += 1
-            elif node.op_type in ("Conv", "Gemm") and self.fusable_activation(node, nxt):
-                self.merge(node, nxt, f"Fused{node.op_type}", _activation_attrs(nxt), nxt.inputs[1:])
+            elif node.op_type == "Conv" and self.fusable_activation(node, nxt):
+                self.merge(node, nxt, "FusedConv", CONTRIB, self.activation_params(nxt), [])
+                count += 1
+            elif node.op_type == "Gemm" and nxt.op_type in GEMM_ACTIVATIONS and self.fusable_activation(node, nxt):
+                self.merge(node, nxt, "FusedGemm", CONTRIB, _gemm_activation(nxt), [])
                 count += 1
             elif node.op_type == "BatchNormalization" and _inference_bn(node) and self.fusable_activation(node, nxt):
-                self.merge(node, nxt, "FusedBatchNormalization", _activation_attrs(nxt), [])
+                self.merge(node, nxt, "FusedBatchNormalization", DOMAIN, self.activation_params(nxt), [])
                 count += 1
             elif node.op_type == "MatMul" and nxt.op_type == "Add" and (bias := self.bias_of(node, nxt)):
-                self.merge(node, nxt, "FusedMatMul", {}, [bias])
+                self.merge(node, nxt, "MatMulBias", DOMAIN, {}, [bias])
                 count += 1
         if self.removed:
             self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self.removed]
@@ -77,12 +88,25 @@ class _Chains:
         return self.m.sole_reader(node.outputs[0])
 
     def fusable_activation(self, producer: Node, act: Node) -> bool:
-        """An activation reading the producer's output as its first input; Clip's min/max constants."""
+        """An activation reading the producer's output as its first input; Clip's min/max one-element
+        constants."""
         if act.op_type not in ACTIVATIONS or not act.inputs or act.inputs[0] != producer.outputs[0]:
             return False
         if act.op_type != "Clip":
             return True
-        return all((not i) or i in self.constants for i in act.inputs[1:])
+        return all((not i) or i in self.constants and self.constants[i].size == 1 for i in act.inputs[1:])
+
+    def activation_params(self, act: Node) -> dict:
+        """``activation`` and ``activation_params`` as com.microsoft FusedConv takes them (Clip's min and
+        max from its constant inputs, or from its attributes below opset 11)."""
+        if act.op_type == "Clip":
+            bounds = [act.attr("min", -np.inf), act.attr("max", np.inf)]
+            for k, name in enumerate(act.inputs[1:3]):
+                if name:
+                    bounds[k] = self.constants[name].reshape(-1)[0]
+            return {"activation": "Clip", "activation_params": [float(b) for b in bounds]}
+        params = [float(act.attr(name, default)) for name, default in _PARAMS.get(act.op_type, ())]
+        return {"activation": act.op_type, **({"activation_params": params} if params else {})}
 
     def residual_of(self, conv: Node, add: Node) -> str | None:
         """The other operand of a two-input Add/Sum after a Conv, when it has the Conv output's shape."""
@@ -108,14 +132,14 @@ class _Chains:
             return None
         return other
 
-    def merge(self, first: Node, second: Node, op_type: str, extra_attrs: dict, extra_inputs) -> None:
+    def merge(self, first: Node, second: Node, op_type: str, domain: str, extra_attrs: dict, extra_inputs) -> None:
         first.op_type = op_type
-        first.domain = DOMAIN
+        first.domain = domain
         first.attrs = {**first.attrs, **extra_attrs}
         first.attr_types = {}
         inputs = list(first.inputs)
-        if op_type in ("FusedConv", "FusedGemm", "FusedConvAdd"):
-            while len(inputs) < 3:  # optional bias kept at position 2: what follows sits at fixed places
+        if extra_inputs and op_type == "FusedConv":
+            while len(inputs) < 3:  # the optional bias kept at position 2: the sum Z is input 3
                 inputs.append("")
         first.inputs = inputs + list(extra_inputs)
         first.outputs = [second.outputs[0]]
@@ -124,13 +148,12 @@ class _Chains:
             users = [u for u in self.readers.get(name, []) if u is not second and u is not first]
             self.readers[name] = users + [first]
 
-    def absorb_activation(self, node: Node, act: Node) -> None:
-        """FusedConvAdd + activation: the activation's attributes and extra inputs join the node."""
-        self.merge(node, act, node.op_type, _activation_attrs(act), act.inputs[1:])
 
 
-def _activation_attrs(act: Node) -> dict:
-    return {"activation": act.op_type, **{f"activation_{k}": v for k, v in act.attrs.items()}}
+def _gemm_activation(act: Node) -> dict:
+    """``activation`` and its ``activation_alpha`` / ``activation_beta`` as com.microsoft FusedGemm takes them."""
+    return {"activation": act.op_type,
+            **{f"activation_{name}": float(act.attr(name, default)) for name, default in _PARAMS.get(act.op_type, ())}}
 
 
 def _inference_bn(node: Node) -> bool:

@@ -10,7 +10,8 @@ import numpy as np
 
 from ..ir.graph import Graph, Model, Node, is_onnx_domain, outer_scope_reads
 
-DOMAIN = "ort_core"  # the domain of the fused ops the CPU provider's fusions make (providers/cpu/ops/fused*.py)
+DOMAIN = "ort_core"  # ort-core's own fused ops, where onnxruntime has none (providers/cpu/ops/fused.py)
+CONTRIB = "com.microsoft"  # onnxruntime's contrib ops, which the fusions emit wherever one exists
 
 
 def protected_names(graph: Graph) -> set[str]:

@@ -121,8 +121,9 @@ class TransformView:
     A transform replaces only nodes in ``claimed`` (a replacement may keep one of their ids or take a new
     one; either way it belongs to this provider) and leaves every other node alone. ``fuse()`` runs ort-core's
     fusion passes over the claimed nodes (Conv/Gemm/BatchNormalization + activation, Conv + residual Add,
-    MatMul + bias, LayerNorm, GELU, attention, SkipLayerNorm into the ``ort_core`` fused ops documented in
-    the CPU provider's ``ops/fused.py`` and ``ops/fused_transformer.py``), for any provider that runs them.
+    MatMul + bias, LayerNorm, GELU, attention, SkipLayerNorm into onnxruntime's contrib ops of domain
+    ``com.microsoft`` where it has one, else ``ort_core`` ops: see ``optimizer/cpu_fusion.py``), for any
+    provider that runs them.
     """
 
     model: Any  # an ort_core.ir.Model
