@@ -1,5 +1,5 @@
 """Gelu on the CPU provider: the standard op (opset 20, both approximations) and the fused
-``ort_core::Gelu``/``FastGelu`` share one computation, exact to float64's formula at ordinary values
+``com.microsoft::Gelu``/``FastGelu`` share one computation, exact to float64's formula at ordinary values
 and finite up to the largest floats (halving before the product with x keeps (1 + erf) x from
 overflowing there)."""
 
@@ -44,10 +44,10 @@ def test_standard_gelu_is_finite_up_to_the_largest_floats(approximate):
 
 @pytest.mark.parametrize("op,approximate", [("Gelu", "none"), ("FastGelu", "tanh")])
 def test_fused_gelus_are_finite_up_to_the_largest_floats(op, approximate):
-    """ort_core::Gelu / ort_core::FastGelu (what the fusions emit), run as nodes of a model."""
-    node = helper.make_node(op, ["x"], ["y"], domain="ort_core")
+    """com.microsoft::Gelu / FastGelu (what the fusions emit), run as nodes of a model."""
+    node = helper.make_node(op, ["x"], ["y"], domain="com.microsoft")
     vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [len(X)]) for n in "xy"]
-    model = make_model([node], [vi[0]], [vi[1]], opset=20, extra_opsets=[helper.make_opsetid("ort_core", 1)])
+    model = make_model([node], [vi[0]], [vi[1]], opset=20, extra_opsets=[helper.make_opsetid("com.microsoft", 1)])
     so = ort.SessionOptions()
     so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     (y,) = ort.InferenceSession(model.SerializeToString(), so).run(None, {"x": X})

@@ -139,7 +139,7 @@ def test_layer_norm_chain_is_fused(opset, square, swap):
     b = Builder(opset)
     y = b.layer_norm("x", 16, square=square, swap=swap)
     ops, _ = run_both(b.model([("x", F, [2, 3, 16])], [y]), {"x": rand(2, 3, 16) * 3 + 1})
-    assert ops == (["LayerNormalization"] if opset >= 17 else ["LayerNorm"])
+    assert ops == (["LayerNormalization"])
 
 
 def test_layer_norm_without_affine_is_fused():
@@ -182,7 +182,7 @@ def test_skip_layer_norm_with_bias_and_sum_read_elsewhere():
     nxt = b.op("Add", s, y)  # the next residual reads the sum
     ops, _ = run_both(b.model([("x", F, [2, 3, 16]), ("skip", F, [2, 3, 16])], [nxt]),
                       {"x": rand(2, 3, 16), "skip": rand(2, 3, 16, seed=2)})
-    assert sorted(ops) == ["Add", "MatMul", "SkipLayerNorm"]
+    assert sorted(ops) == ["Add", "MatMul", "SkipLayerNormalization"]
 
 
 def test_skip_layer_norm_on_native_layer_norm_and_broadcast_skip():
@@ -191,7 +191,7 @@ def test_skip_layer_norm_on_native_layer_norm_and_broadcast_skip():
     y = b.op("LayerNormalization", s, b.weight(8), b.weight(8), epsilon=1e-6)
     ops, _ = run_both(b.model([("x", F, [2, 3, 8]), ("pos", F, [3, 8])], [y]),
                       {"x": rand(2, 3, 8), "pos": rand(3, 8, seed=3)})
-    assert ops == ["SkipLayerNorm"]
+    assert ops == ["SkipLayerNormalization"]
 
 
 # ------------------------------------------------------------------------------------------ GELU
@@ -313,14 +313,14 @@ def _bert_feeds(batch=2, seq=7):
 
 def test_bert_layers_fuse_into_attention_skip_layer_norm_and_gelu():
     ops, _ = run_both(bert_model(), _bert_feeds())
-    assert sorted(set(ops)) == ["Attention", "Gelu", "MatMul", "MatMulBias", "SkipLayerNorm"]
-    assert ops.count("Attention") == 2 and ops.count("SkipLayerNorm") == 4 and ops.count("Gelu") == 2
+    assert sorted(set(ops)) == ["Attention", "Gelu", "MatMul", "MatMulBias", "SkipLayerNormalization"]
+    assert ops.count("Attention") == 2 and ops.count("SkipLayerNormalization") == 4 and ops.count("Gelu") == 2
 
 
 def test_gpt2_blocks_fuse_into_attention_skip_layer_norm_and_fast_gelu():
     ops, _ = run_both(gpt2_model(), {"x": rand(1, 6, 32)})
     assert ops.count("Attention") == 2 and ops.count("FastGelu") == 2
-    assert ops.count("SkipLayerNorm") == 4 and ops.count("LayerNormalization") == 1  # all but the first
+    assert ops.count("SkipLayerNormalization") == 4 and ops.count("LayerNormalization") == 1  # all but the first
 
 
 @pytest.mark.parametrize("make,feeds", [(bert_model, _bert_feeds), (gpt2_model, lambda: {"x": rand(1, 6, 32)})])
@@ -356,7 +356,7 @@ def test_symbolic_batch_and_sequence_still_fuse():
     mask = np.zeros((3, 1, 1, 4), np.float32)
     mask[1, ..., 2:] = -10000.0
     ops, _ = run_both(model, {"x": rand(3, 4, 16), "mask": mask})
-    assert ops == ["Attention", "SkipLayerNorm"]
+    assert ops == ["Attention", "SkipLayerNormalization"]
 
 
 def test_float64_chains_fuse_and_float16_chains_do_not():
@@ -386,7 +386,7 @@ def test_only_nodes_on_the_cpu_provider_are_fused():
     softmax = {n.id for n in model.graph.nodes if n.op_type == "Softmax"}
     fuse_nodes(model, {n.id for n in model.graph.nodes} - softmax)  # as if another provider took Softmax
     ops = [n.op_type for n in model.graph.nodes]
-    assert "Attention" not in ops and "Softmax" in ops and ops.count("SkipLayerNorm") == 2 and "Gelu" in ops
+    assert "Attention" not in ops and "Softmax" in ops and ops.count("SkipLayerNormalization") == 2 and "Gelu" in ops
 
 
 def test_attention_with_computed_mask_added_first_and_old_opset_is_fused():

@@ -1,6 +1,7 @@
-"""GELU fusions (CPU extended level): the erf form ``0.5 x (1 + erf(x / sqrt 2))`` becomes ``ort_core::Gelu``
-and the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` becomes ``ort_core::FastGelu``, in
-the operand orders PyTorch exports. Constants must match to float32 precision; anything else stays.
+"""GELU fusions (CPU extended level): the erf form ``0.5 x (1 + erf(x / sqrt 2))`` becomes onnxruntime's
+``com.microsoft::Gelu`` and the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` its
+``com.microsoft::FastGelu``, in the operand orders PyTorch exports. Constants must match to float32
+precision; anything else stays.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import math
 
 from ..ir.graph import Node
-from .rewrite import DOMAIN, Matcher
+from .rewrite import CONTRIB, Matcher
 
 
 def fuse_gelus(m: Matcher) -> int:
@@ -19,7 +20,7 @@ def fuse_gelus(m: Matcher) -> int:
         found = _erf_form(m, node) if node.op_type == "Erf" else _tanh_form(m, node)
         if found is not None:
             nodes, x, out = found
-            m.replace(nodes, "Gelu" if node.op_type == "Erf" else "FastGelu", [x], [out], {}, domain=DOMAIN)
+            m.replace(nodes, "Gelu" if node.op_type == "Erf" else "FastGelu", [x], [out], {}, domain=CONTRIB)
             count += 1
     return count
 

@@ -1,6 +1,7 @@
 """LayerNorm fusion (CPU extended level): the ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div(/Mul/Add) chain
-PyTorch exports for layer normalization over the last axis becomes one LayerNormalization (opset 17+)
-or ``ort_core::LayerNorm`` (older opsets). Other axes and non-constant gamma/beta are left alone.
+PyTorch exports for layer normalization over the last axis becomes one LayerNormalization, at every opset
+(below opset 17 it is one of onnxruntime's contrib ops in the ONNX domain, as its own optimizer writes it).
+Other axes and non-constant gamma/beta are left alone.
 """
 
 from __future__ import annotations
@@ -8,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Node
-from .rewrite import DOMAIN, Matcher
+from .rewrite import Matcher
 
 
 def fuse_layer_norms(m: Matcher) -> int:
@@ -16,10 +17,7 @@ def fuse_layer_norms(m: Matcher) -> int:
     for node in list(m.graph.nodes):
         if node.op_type == "ReduceMean" and m.eligible(node) and (found := _match(m, node)) is not None:
             nodes, x, eps, gamma, beta, out = found
-            if m.model.opset() >= 17:
-                m.replace(nodes, "LayerNormalization", [x, gamma, beta], [out], {"axis": -1, "epsilon": eps})
-            else:
-                m.replace(nodes, "LayerNorm", [x, gamma, beta], [out], {"epsilon": eps}, domain=DOMAIN)
+            m.replace(nodes, "LayerNormalization", [x, gamma, beta], [out], {"axis": -1, "epsilon": eps})
             count += 1
     return count
 

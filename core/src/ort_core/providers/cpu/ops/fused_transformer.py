@@ -1,11 +1,7 @@
-"""Transformer ops of ort-core's own domain ``ort_core``, made by the extended-level CPU fusions
-(optimizer/layernorm_fusion.py, skip_layernorm_fusion.py, gelu_fusion.py, attention_fusion.py).
+"""The transformer op of ort-core's own domain ``ort_core`` that the extended-level CPU fusions make
+(optimizer/attention_fusion.py) where onnxruntime's com.microsoft Attention cannot take the mask; the
+other transformer fusions emit onnxruntime's contrib ops (contrib_norm.py, contrib_activation.py).
 
-LayerNorm(x, scale, bias?) -> y, attribute ``epsilon``: layer normalization over the last axis (the
-opset < 17 stand-in for LayerNormalization). SkipLayerNorm(input, skip, gamma, beta?, bias?) -> (y, sum?):
-sum = input (+ bias) + skip, y = LayerNorm(sum) over the last axis with ``epsilon``; the optional second
-output is the sum itself (like com.microsoft::SkipLayerNormalization's input_skip_bias_sum).
-Gelu(x): 0.5 x (1 + erf(x / sqrt 2)). FastGelu(x): 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 Attention(x, weight, bias?, mask?, where_cond?, where_fill?) -> y, self-attention of x (B, S, C) with
 ``num_heads`` heads: weight (C, 3 H D) packs [Wq | Wk | Wv] (any q.k scale already folded into Wq),
 bias (3 H D) likewise; scores = q k^T * ``scale`` (default 1.0) per head, then where_cond (bool,
@@ -20,73 +16,8 @@ import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
-from .activation import gelu_erf_values, gelu_tanh_values
 
 DOMAIN = "ort_core"
-
-
-def _layer_norm(s: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float) -> np.ndarray:
-    """LayerNorm of s over its last axis into a new array; 16-bit floats computed in float32."""
-    cdt = np.dtype(np.float32) if s.dtype.itemsize < 4 else s.dtype
-    width = s.shape[-1]
-    rows = s.reshape(-1, 1, width)
-    # row means and variances as batched dot products: BLAS is much faster than numpy's reductions here
-    mean = np.matmul(rows.astype(cdt, copy=False), np.full((width, 1), 1.0 / width, cdt))
-    y = np.subtract(rows, mean, dtype=cdt)
-    var = np.matmul(y, y.transpose(0, 2, 1))
-    var *= cdt.type(1.0 / width)
-    var += cdt.type(epsilon)
-    np.sqrt(var, out=var)
-    np.reciprocal(var, out=var)
-    y *= var
-    y *= gamma
-    if beta is not None:
-        y += beta
-    return y.reshape(s.shape).astype(s.dtype, copy=False)
-
-
-def _epsilon(node) -> float:
-    return float(np.float32(node.attr("epsilon", 1e-5)))
-
-
-@register("LayerNorm", since=1, domain=DOMAIN)
-def layer_norm_factory(node, opset):
-    epsilon = _epsilon(node)
-    return lambda x, scale, bias=None: (_layer_norm(x, scale, bias, epsilon),)
-
-
-@register("SkipLayerNorm", since=1, domain=DOMAIN)
-def skip_layer_norm_factory(node, opset):
-    epsilon = _epsilon(node)
-    with_sum = len(node.outputs) > 1 and bool(node.outputs[1])
-
-    def kernel(x, skip, gamma, beta=None, bias=None):
-        # the order of the unfused graph, (x + bias) + skip, so the sum is bit for bit the same
-        s = np.add(x, bias) if bias is not None else x
-        if bias is not None and s.shape == np.broadcast_shapes(s.shape, skip.shape):
-            s += skip
-        else:
-            s = np.add(s, skip)
-        y = _layer_norm(s, gamma, beta, epsilon)
-        return (y, s) if with_sum else (y,)
-
-    return kernel
-
-
-@register("Gelu", since=1, domain=DOMAIN)
-def gelu_factory(node, opset):
-    def kernel(x):
-        return (gelu_erf_values(x),)
-
-    return kernel
-
-
-@register("FastGelu", since=1, domain=DOMAIN)
-def fast_gelu_factory(node, opset):
-    def kernel(x):
-        return (gelu_tanh_values(x),)
-
-    return kernel
 
 
 _MIN_ROW_SUM = {np.dtype(np.float32): np.exp(-60.0), np.dtype(np.float64): np.exp(-600.0)}
