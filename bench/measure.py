@@ -41,7 +41,7 @@ import numpy as np
 
 CPU = "CPUExecutionProvider"
 GEMM_OPS = {"Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "MatMulBias", "Gemm", "FusedGemm",
-            "Attention", "MultiHeadAttention", "LSTM", "GRU", "RNN"}
+            "Attention", "SelfAttention", "MultiHeadAttention", "LSTM", "GRU", "RNN"}
 
 
 # ------------------------------------------------------------------------------------------- latency

@@ -1,6 +1,11 @@
 """Attention fusion (CPU extended level): BERT-style (three projections) and GPT-2-style (one packed
-projection + Split) self-attention subgraphs as PyTorch exports them become one ``ort_core::Attention``
-with the Q/K/V weights packed once (the 1/sqrt(D) scale folded into Q). Cross-attention is left alone.
+projection + Split) self-attention subgraphs as PyTorch exports them become one attention node with the
+Q/K/V weights packed once (the q.k scale folded into Q). Cross-attention is left alone.
+
+The node is onnxruntime's ``com.microsoft::Attention`` (``scale`` 1, the scale being in the weights)
+when it can take the mask: none, a constant causal ``Where`` condition (``unidirectional``), an additive
+mask of shape (B or 1, H or 1, S, S) (its ``attention_bias``). Other masks (an additive (B, 1, 1, S) one,
+as BERT exports take it, for one) make ``ort_core::SelfAttention`` (providers/cpu/ops/fused_transformer.py).
 """
 
 from __future__ import annotations
@@ -11,7 +16,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from .gelu_fusion import scaled
-from .rewrite import DOMAIN, Matcher
+from .rewrite import CONTRIB, DOMAIN, Matcher
 
 HEADS, KEYS_T = [0, 2, 1, 3], [0, 2, 3, 1]
 
@@ -35,10 +40,48 @@ def fuse_attention(m: Matcher) -> int:
                 found = _match(m, node, scores)
                 if found is not None:
                     nodes, inputs, out, heads = found
-                    m.replace(nodes, "Attention", inputs, [out], {"num_heads": heads}, domain=DOMAIN)
+                    op, domain, inputs, attrs = _node_for(m, inputs, heads)
+                    m.replace(nodes, op, inputs, [out], attrs, domain=domain)
                     count += 1
                     break
     return count
+
+
+def _node_for(m: Matcher, inputs: list[str], heads: int) -> tuple[str, str, list[str], dict]:
+    """(op type, domain, inputs, attributes) of the fused node, from ``[x, weight, bias, mask, cond, fill]``:
+    onnxruntime's Attention where it can take the mask, else ort-core's SelfAttention."""
+    x, weight, bias, mask, cond, fill = inputs
+    causal = bool(cond) and _causal(m, cond, fill)
+    if (not cond or causal) and (not mask or _attention_bias(m, mask, x, heads)):
+        attrs = {"num_heads": heads, "scale": 1.0, **({"unidirectional": 1} if causal else {})}
+        return "Attention", CONTRIB, _trimmed([x, weight, bias, "", "", mask]), attrs
+    return "SelfAttention", DOMAIN, _trimmed(inputs), {"num_heads": heads}
+
+
+def _trimmed(inputs: list[str]) -> list[str]:
+    while inputs and not inputs[-1]:
+        inputs = inputs[:-1]
+    return inputs
+
+
+def _causal(m: Matcher, cond: str, fill: str) -> bool:
+    """A constant lower-triangular condition over (S, S) (leading axes of one) with a fill low enough
+    that softmax gives the hidden keys exactly 0, as onnxruntime's ``unidirectional`` does."""
+    c, low = m.const(cond), m.scalar(fill)
+    if c is None or low is None or low > -1e4 or c.dtype != np.bool_ or c.ndim < 2 or c.ndim > 4:
+        return False
+    if any(d != 1 for d in c.shape[:-2]) or c.shape[-1] != c.shape[-2]:
+        return False
+    return bool(np.array_equal(c.reshape(c.shape[-2:]), np.tri(c.shape[-1], dtype=bool)))
+
+
+def _attention_bias(m: Matcher, mask: str, x: str, heads: int) -> bool:
+    """An additive mask onnxruntime's Attention takes as its attention_bias: (B or 1, H or 1, S, S)."""
+    shape, x_shape = m.shape(mask), m.shape(x)
+    if shape is None or x_shape is None or len(shape) != 4:
+        return False
+    batch, seq = x_shape[0], x_shape[1]
+    return shape[0] in (1, batch) and shape[1] in (1, heads) and shape[2] == seq and shape[3] == seq
 
 
 def _score_chains(m: Matcher, name: str):
@@ -213,6 +256,4 @@ def _match(m: Matcher, softmax: Node, scores: Scores):
     if any(p[2] is not None for p in parts):
         b = [p[2] if p[2] is not None else np.zeros(width, dtype) for p in parts]
         inputs[2] = m.add_constant(f"{out}_qkv_bias", np.concatenate([b[0] * dtype.type(factor), *b[1:]]))
-    while inputs and not inputs[-1]:
-        inputs.pop()
     return everything, inputs, out, n_heads

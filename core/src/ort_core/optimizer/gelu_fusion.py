@@ -1,7 +1,8 @@
 """GELU fusions (CPU extended level): the erf form ``0.5 x (1 + erf(x / sqrt 2))`` becomes onnxruntime's
 ``com.microsoft::Gelu`` and the tanh form ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3)))`` its
-``com.microsoft::FastGelu``, in the operand orders PyTorch exports. Constants must match to float32
-precision; anything else stays.
+``com.microsoft::FastGelu``, in the operand orders PyTorch exports; a constant 1-D bias added just before
+joins them (``BiasGelu``, FastGelu's bias input). Constants must match to float32 precision; anything
+else stays.
 """
 
 from __future__ import annotations
@@ -20,7 +21,14 @@ def fuse_gelus(m: Matcher) -> int:
         found = _erf_form(m, node) if node.op_type == "Erf" else _tanh_form(m, node)
         if found is not None:
             nodes, x, out = found
-            m.replace(nodes, "Gelu" if node.op_type == "Erf" else "FastGelu", [x], [out], {}, domain=CONTRIB)
+            inputs = [x]
+            add = m.producer(x, "Add")
+            biased = m.biased(add)
+            if biased is not None and m.closed([add, *nodes], {out}, list(biased)):
+                nodes, inputs = [add, *nodes], list(biased)  # the bias joins the op, as onnxruntime fuses it
+            erf = node.op_type == "Erf"
+            op = ("BiasGelu" if len(inputs) == 2 else "Gelu") if erf else "FastGelu"
+            m.replace(nodes, op, inputs, [out], {}, domain=CONTRIB)
             count += 1
     return count
 

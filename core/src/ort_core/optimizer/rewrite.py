@@ -105,6 +105,17 @@ class Matcher:
         """The operand of binary ``node`` that is not ``name``."""
         return node.inputs[1] if node.inputs[0] == name else node.inputs[0]
 
+    def biased(self, add: Node | None) -> tuple[str, str] | None:
+        """(x, bias) for Add(x, bias) with a constant 1-D bias over non-constant x's last axis, else None."""
+        if add is None or add.op_type != "Add" or len(add.inputs) != 2:
+            return None
+        for j in (1, 0):
+            c, x = self.const(add.inputs[j]), add.inputs[1 - j]
+            shape = self.shape(x)
+            if c is not None and c.ndim == 1 and shape and shape[-1] == c.shape[0] and self.const(x) is None:
+                return x, add.inputs[j]
+        return None
+
     def shape(self, name: str) -> tuple | None:
         t = self.graph.type_of(name)
         return t.shape if t is not None and t.kind == "tensor" else None

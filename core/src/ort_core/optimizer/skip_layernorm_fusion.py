@@ -50,7 +50,7 @@ def _match(m: Matcher, ln: Node):
     nodes, (x, skip), bias = [add], add.inputs, ""
     for i in (0, 1):
         inner = m.producer(add.inputs[i], "Add")
-        found = _biased(m, inner) if inner is not None and m.sole_reader(inner.outputs[0]) is add else None
+        found = m.biased(inner) if inner is not None and m.sole_reader(inner.outputs[0]) is add else None
         if found is not None:
             (x, bias), skip = found, add.inputs[1 - i]
             nodes.append(inner)
@@ -77,13 +77,3 @@ def _skip_fits(shape: tuple | None, skip: tuple | None) -> bool:
     if shape is None or skip is None or len(shape) not in (2, 3):
         return False
     return skip == shape or len(shape) == 3 and skip in (shape[1:], (1, *shape[1:]))
-
-
-def _biased(m: Matcher, add: Node) -> tuple[str, str] | None:
-    """(x, bias) for Add(x, bias) with a constant 1-D bias over x's last axis, else None."""
-    for j in (1, 0):
-        c, x = m.const(add.inputs[j]), add.inputs[1 - j]
-        shape = m.shape(x)
-        if c is not None and c.ndim == 1 and shape and shape[-1] == c.shape[0] and m.const(x) is None:
-            return x, add.inputs[j]
-    return None

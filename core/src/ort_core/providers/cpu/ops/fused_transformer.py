@@ -2,7 +2,7 @@
 (optimizer/attention_fusion.py) where onnxruntime's com.microsoft Attention cannot take the mask; the
 other transformer fusions emit onnxruntime's contrib ops (contrib_norm.py, contrib_activation.py).
 
-Attention(x, weight, bias?, mask?, where_cond?, where_fill?) -> y, self-attention of x (B, S, C) with
+SelfAttention(x, weight, bias?, mask?, where_cond?, where_fill?) -> y, self-attention of x (B, S, C) with
 ``num_heads`` heads: weight (C, 3 H D) packs [Wq | Wk | Wv] (any q.k scale already folded into Wq),
 bias (3 H D) likewise; scores = q k^T * ``scale`` (default 1.0) per head, then where_cond (bool,
 broadcastable to (B, H, S, S), True keeps) replaces masked scores by where_fill, then the additive
@@ -40,7 +40,7 @@ def softmax_last_axis(scores: np.ndarray) -> np.ndarray:
     return e
 
 
-@register("Attention", since=1, domain=DOMAIN)
+@register("SelfAttention", since=1, domain=DOMAIN)
 def attention_factory(node, opset):
     heads = int(node.attr("num_heads"))
     scale = float(node.attr("scale", 1.0))
