@@ -38,7 +38,7 @@ from ....ir.graph import Node
 from ....limits import check_tensor_size
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
-from .qlinear import _INT8, _check_int8, _exact_float, _int_matmul, _shifted, _to_int32, _zp_type
+from .qlinear import _INT8, _check_int8, _int_matmul, _shifted, _to_int32, _zp_type
 from .quantize import _dynamic_quantize_linear, saturate_to
 
 _F32 = np.float32
@@ -91,7 +91,7 @@ def _a_zero_point(label: str, zp, a: np.ndarray):
 
 
 def _shifted_constant_b(node: Node, graph, b_pos: int, zp_pos: int):
-    """B minus its zero point, exact in the float type the matmul uses, when both are constant and
+    """B minus its zero point in float32 (exact: small integers), when both are constant and
     valid (an invalid one is left for the kernel to report)."""
     consts = constant_inputs(node, graph, (b_pos, zp_pos))
     if consts is None:
@@ -100,13 +100,16 @@ def _shifted_constant_b(node: Node, graph, b_pos: int, zp_pos: int):
     if b.dtype not in _INT8 or b.ndim < 2 or (zp is not None and (zp.dtype != b.dtype
                                                                   or not _b_param_ok(zp.shape, b.shape))):
         return None
-    out = _shifted(b, None if zp is None else zp.reshape(()) if zp.size == 1 else zp, _exact_float(b.shape[-2]))
+    out = _shifted(b, None if zp is None else zp.reshape(()) if zp.size == 1 else zp, _F32)
     out.flags.writeable = False
     return out
 
 
 def _accumulate(label: str, a, a_zp, b, b_zp, shifted_b) -> np.ndarray:
-    """(a - a_zp) @ (b - b_zp) as exact integers in float32 (wrapped to int32 range where needed)."""
+    """(a - a_zp) @ (b - b_zp) in float32 (wrapped to int32 range where needed), for the float outputs of
+    these ops: exact while partial sums stay below 2**24, and otherwise within a few float32 roundings of
+    the exact integer (the output is rounded to float32 anyway). A constant B, shifted once at build
+    time, takes one float32 BLAS product; a B fed at run time goes through the exact product."""
     if a.ndim == 0 or b.ndim == 0:
         raise KernelError(f"{label}: matmul operands must have rank >= 1, got {a.shape} and {b.shape}")
     k = a.shape[-1]
@@ -120,7 +123,7 @@ def _accumulate(label: str, a, a_zp, b, b_zp, shifted_b) -> np.ndarray:
     if shifted_b is None:
         acc = _int_matmul(label, a, b, a_zp, b_zp)
     else:
-        acc = np.matmul(_shifted(a, a_zp, shifted_b.dtype), shifted_b)
+        acc = np.matmul(_shifted(a, a_zp, _F32), shifted_b)
     if k * 255 * 255 >= 2 ** 31:  # an int32 accumulator can wrap
         acc = _to_int32(acc)
     return acc.astype(_F32, copy=False)
