@@ -270,3 +270,60 @@ def test_bn_relu_fuse():
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
     assert (ref == 0).any() and [op for a in sess.get_provider_graph_assignment_info()
                                  for op in a.op_types] == ["FusedBatchNormalization"]
+
+
+def _loop_with_foldable_body():
+    """A Loop whose body computes ``w2 = (w * 2) + 1`` from an outer constant and an inner Constant
+    node (foldable once, not per iteration) and accumulates ``acc + x * w2``; an Identity too."""
+    body = helper.make_graph(
+        [helper.make_node("Constant", [], ["two"], value=numpy_helper.from_array(np.float32(2.0))),
+         helper.make_node("Mul", ["w", "two"], ["w_twice"]),
+         helper.make_node("Add", ["w_twice", "one"], ["w2"]),
+         helper.make_node("Mul", ["x", "w2"], ["step"]),
+         helper.make_node("Add", ["acc_in", "step"], ["acc_sum"]),
+         helper.make_node("Identity", ["acc_sum"], ["acc_out"]),
+         helper.make_node("Identity", ["cond_in"], ["cond_out"])],
+        "body",
+        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [3])])
+    loop = helper.make_node("Loop", ["n", "", "acc0"], ["acc"], body=body)
+    inits = [numpy_helper.from_array(np.array([0.5, -1.0, 2.0], np.float32), "w"),
+             numpy_helper.from_array(np.float32(1.0), "one"), numpy_helper.from_array(np.int64(4), "n")]
+    return make_model([loop], [helper.make_tensor_value_info("x", TensorProto.FLOAT, [3]),
+                               helper.make_tensor_value_info("acc0", TensorProto.FLOAT, [3])],
+                      [helper.make_tensor_value_info("acc", TensorProto.FLOAT, [3])], inits)
+
+
+def test_loop_bodies_are_optimized_with_outer_constants():
+    model = _loop_with_foldable_body()
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "acc0": np.zeros(3, np.float32)}
+    sess = ort.InferenceSession(model)
+    stats = sess._optimizer_stats
+    assert stats["constant_folding"] == 3  # Constant, w * 2 and + 1 read only constants of both scopes
+    assert stats["identity_removal"] == 0  # the body's Identities make its outputs: kept
+    assert stats["bodies"] == 3
+    expected = feeds["x"] * (np.array([0.5, -1.0, 2.0], np.float32) * 2 + 1) * 4
+    np.testing.assert_allclose(sess.run(None, feeds)[0], expected, rtol=1e-6)
+    off = ort.SessionOptions()
+    off.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    np.testing.assert_allclose(ort.InferenceSession(model, off).run(None, feeds)[0], expected, rtol=1e-6)
+
+
+def test_a_body_value_shadowing_an_outer_constant_is_not_folded_with_it():
+    """The body's own ``w`` (a loop-carried value) hides the outer initializer ``w``."""
+    model = _loop_with_foldable_body()
+    loop = model.graph.node[0]
+    body = loop.attribute[0].g
+    body.input[2].name = "w"  # the carried value is now called w: w * 2 + 1 changes every iteration
+    for n in body.node:
+        n.input[:] = ["w" if i == "acc_in" else i for i in n.input]
+    feeds = {"x": np.array([1.0, 2.0, 3.0], np.float32), "acc0": np.zeros(3, np.float32)}
+    sess = ort.InferenceSession(model)
+    assert sess._optimizer_stats["constant_folding"] == 1  # only the inner Constant node
+    acc = feeds["acc0"]
+    for _ in range(4):
+        acc = acc + feeds["x"] * (acc * 2 + 1)
+    np.testing.assert_allclose(sess.run(None, feeds)[0], acc, rtol=1e-6)

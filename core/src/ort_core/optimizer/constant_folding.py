@@ -6,7 +6,7 @@ the default domain are never folded. How a node is computed is the caller's ``ev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
 
@@ -16,20 +16,24 @@ NEVER_FOLD = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUnifor
               "Bernoulli", "If", "Loop", "Scan"}
 
 
-def fold_constants(model: Model, evaluate: Callable[[Node, list], list], keep: Collection[str] = ()) -> int:
+def fold_constants(model: Model, evaluate: Callable[[Node, list], list], keep: Collection[str] = (),
+                   outer: Mapping[str, np.ndarray] | None = None) -> int:
     """Fold in place; ``evaluate(node, inputs)`` returns the node's outputs. Returns nodes folded.
 
     ``keep``: op types left as nodes although their inputs are constant (a provider's preference, such as
-    DequantizeLinear for one that runs QDQ groups)."""
+    DequantizeLinear for one that runs QDQ groups). ``outer``: for a graph body, the constants of the
+    enclosing scopes it may read (names it defines itself already left out)."""
     graph = model.graph
     if any(n.op_type == "Gradient" for n in graph.nodes):
         return 0  # folding the forward cone a Gradient differentiates would zero its result
     feedable = {v.name for v in graph.inputs}
-    constants = set(graph.constant_initializers())
+    outer = outer or {}
+    constants = set(graph.constant_initializers()) | set(outer)
     folded_ids: set[int] = set()
     for node in graph.topological_order():
         if node.op_type not in keep and _foldable(node, constants) and not (set(node.outputs) & feedable):
-            inputs = [graph.initializers[i] if i else None for i in node.inputs]
+            inputs = [graph.initializers[i] if i in graph.initializers else outer[i] if i else None
+                      for i in node.inputs]
             try:
                 outputs = evaluate(node, inputs)
             except Exception:  # noqa: BLE001 - leave the node for run time, where errors name it
