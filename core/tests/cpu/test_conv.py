@@ -336,3 +336,24 @@ def test_conv_transpose_errors():
         run_ours("ConvTranspose", [x, rand(rng, 4, 2, 3, 3)], dict(auto_pad="same"))
     with pytest.raises(KernelError, match="not positive"):
         run_ours("ConvTranspose", [x, rand(rng, 4, 2, 3, 3)], dict(pads=[3, 3, 3, 3]))
+
+
+@pytest.mark.parametrize("xs,ws,attrs", [
+    ((1, 129, 3), (128, 129, 3), dict(pads=[1, 1])),
+    ((1, 64, 2), (64, 64, 3), dict(pads=[1, 1], strides=[2])),
+    ((1, 1, 576), (18, 1, 64), dict(strides=[32])),  # many taps and phases: the loop-heavy rule
+    ((2, 4, 5, 6), (6, 2, 3, 2), dict(group=2, dilations=[1, 2], pads=[1, 0, 2, 1])),
+    ((1, 6, 4, 4), (6, 1, 3, 3), dict(group=6, pads=[1, 1, 1, 1], strides=[2, 1])),
+    ((1, 2, 3, 4, 5), (3, 2, 2, 2, 2), dict(pads=[1, 0, 1, 0, 1, 0])),
+    ((1, 3, 7, 7), (4, 3, 3, 3), dict(auto_pad="SAME_LOWER", strides=[2, 2])),
+], ids=str)
+def test_small_convolutions_take_one_gather(xs, ws, attrs, monkeypatch):
+    """Tiny column matrices: one padded gather and one GEMM per group, planned once per input shape."""
+    from ort_core.providers.cpu.ops import conv
+
+    calls = []
+    gather = conv.conv_gather
+    monkeypatch.setattr(conv, "conv_gather", lambda *a: calls.append(1) or gather(*a))
+    rng = np.random.default_rng(5)
+    check("Conv", [rand(rng, *xs), rand(rng, *ws), rand(rng, ws[0])], attrs, rtol=1e-4, atol=1e-5)
+    assert calls

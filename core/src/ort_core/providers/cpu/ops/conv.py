@@ -1,6 +1,7 @@
 """CPU kernels for convolutions: Conv (1-D/2-D/3-D, grouped, depthwise) and ConvTranspose.
 
-Also holds the window helpers (auto_pad/pads/output sizes, the "wide" tap layout) pool.py reuses.
+Also holds the window helpers (auto_pad/pads/output sizes, the "wide" tap layout) pool.py reuses; small
+convolutions take conv_gather.py's one-gather path.
 Quantized convolutions (ConvInteger, QLinearConv) and DeformConv are not here.
 """
 
@@ -15,6 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 from ....errors import KernelError
 from ....limits import check_tensor_size
 from ..registry import register
+from .conv_gather import conv_gather, fits, gather_plan
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
 _CACHE_MAX = 64  # per-kernel cache entries (keyed by input shapes) before it is reset
@@ -244,6 +246,10 @@ def conv_factory(node, opset):
         if all(k == 1 for k in kernel) and not any(begin) and not any(fill):
             p["mode"] = "pointwise"
             return p
+        if fits(x_shape, kernel, strides, out_sp) and (g := gather_plan(x_shape[2:], kernel, strides, dils, begin, fill,
+                                                                out_sp)) is not None:
+            p["mode"], p["gather"] = "gather", g
+            return p
         p["phases"] = ph = phase_plan(x_shape[2:], kernel, strides, dils, begin, out_sp)
         if w_shape[1] == 1 and M == group:
             p["mode"] = "depthwise"
@@ -263,6 +269,8 @@ def conv_factory(node, opset):
         mode = p["mode"]
         if mode == "pointwise":
             y = _conv_pointwise(x, w, p["strides"], group).reshape((N, M, *p["out_sp"]))
+        elif mode == "gather":
+            y = conv_gather(x, w, p["gather"], group).reshape((N, M, *p["out_sp"]))
         elif mode == "im2col":
             y = _conv_im2col(x, w, p, group).reshape((N, M, *p["out_sp"]))
         else:
