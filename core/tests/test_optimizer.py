@@ -327,3 +327,20 @@ def test_a_body_value_shadowing_an_outer_constant_is_not_folded_with_it():
     for _ in range(4):
         acc = acc + feeds["x"] * (acc * 2 + 1)
     np.testing.assert_allclose(sess.run(None, feeds)[0], acc, rtol=1e-6)
+
+
+@pytest.mark.parametrize("dims,collapsed", [(["N"], False), ([6], True)])
+def test_reshape_chain_keeps_an_inner_reshape_that_could_refuse_the_input(dims, collapsed):
+    """Reshape(x, [2, -1]) then Reshape(., [-1]): dropping the first would accept an odd-sized x that the
+    model refuses, so it goes only when x's shape is static and fits."""
+    nodes = [helper.make_node("Reshape", ["x", "pair"], ["r"]), helper.make_node("Reshape", ["r", "flat"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([2, -1], np.int64), "pair"),
+             numpy_helper.from_array(np.array([-1], np.int64), "flat")]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, dims)],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    sess = ort.InferenceSession(model)
+    assert sess._optimizer_stats["chains"] == int(collapsed)
+    np.testing.assert_array_equal(sess.run(None, {"x": np.arange(6, dtype=np.float32)})[0], np.arange(6))
+    if not collapsed:
+        with pytest.raises(ort.KernelError, match="Reshape"):
+            sess.run(None, {"x": np.arange(5, dtype=np.float32)})

@@ -11,8 +11,8 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -23,8 +23,9 @@ from .memory.device import HOST, Device
 from .memory.tensor import DeviceTensor
 
 
-@dataclass(frozen=True)
-class Step:
+class Step(NamedTuple):
+    """One kernel call over frame slots (a tuple: the walk unpacks it without attribute lookups)."""
+
     kernel: Callable[..., Any]
     ins: tuple[int, ...]
     outs: tuple[int, ...]
@@ -120,27 +121,27 @@ class ExecutionPlan:
     @staticmethod
     def walk(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options, max_bytes: int) -> list[Any]:
         """Run ``steps`` over a filled ``frame`` (the one loop every run and graph body goes through)."""
-        for step in steps:
+        get = frame.__getitem__
+        for kernel, ins, outs, release, label, _ in steps:
             if run_options is not None and run_options.terminate:
                 raise RunTerminated("run() was terminated through RunOptions.terminate")
             try:
-                results = step.kernel(*[frame[i] for i in step.ins])
-            except OrtError as e:
-                node, _, provider = step.label.rpartition(" on ")
-                if step.label in str(e):
-                    raise
-                if node and node in str(e):  # the kernel named its node already: add the provider
-                    raise type(e)(f"{e} (on {provider})") from e
-                raise type(e)(f"{step.label}: {e}") from e
+                results = kernel(*map(get, ins))
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
-                raise KernelError(f"{step.label} failed: {type(e).__name__}: {e}") from e
-            for s, v in zip(step.outs, results):
+                raise _failure(label, e) from e
+            if len(outs) == 1:  # the usual case, without the zip
+                v = results[0]
                 if (type(v) is np.ndarray or type(v) is DeviceTensor) and v.nbytes > max_bytes:
                     # kernels check sizes they derive from data before allocating; this bounds the rest
                     # (a chain of Concat(x, x) doubling a tensor at every node, say)
-                    raise KernelError(limits.too_large(step.label, v))
-                frame[s] = v
-            for s in step.release:
+                    raise KernelError(limits.too_large(label, v))
+                frame[outs[0]] = v
+            else:
+                for s, v in zip(outs, results):
+                    if (type(v) is np.ndarray or type(v) is DeviceTensor) and v.nbytes > max_bytes:
+                        raise KernelError(limits.too_large(label, v))
+                    frame[s] = v
+            for s in release:
                 frame[s] = None
         return [frame[s] for s in want]
 
@@ -247,6 +248,18 @@ def _root(a: np.ndarray) -> Any:
     return a
 
 
+def _failure(label: str, e: Exception) -> OrtError:
+    """A kernel's failure as an OrtError naming its node and provider (once)."""
+    if isinstance(e, OrtError):
+        node, _, provider = label.rpartition(" on ")
+        if label in str(e):
+            return e
+        if node and node in str(e):  # the kernel named its node already: add the provider
+            return type(e)(f"{e} (on {provider})")
+        return type(e)(f"{label}: {e}")
+    return KernelError(f"{label} failed: {type(e).__name__}: {e}")
+
+
 def _copy_step(copy: Callable[[Any], Any], src: int, dst: int, label: str) -> Step:
     return Step(lambda v, _c=copy: (_c(v),), (src,), (dst,), (), label, copy=True)
 
@@ -261,7 +274,7 @@ def _with_releases(steps: Sequence[Step], keep: set[int] | frozenset[int]) -> li
     for s, k in last_use.items():
         if s not in keep:
             releases.setdefault(k, []).append(s)
-    return [replace(st, release=tuple(releases.get(k, ()))) for k, st in enumerate(steps)]
+    return [st._replace(release=tuple(releases.get(k, ()))) for k, st in enumerate(steps)]
 
 
 class PlanBuilder:

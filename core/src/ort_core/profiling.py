@@ -8,7 +8,6 @@ on a stream is timed with events on that stream (its device time), not by how lo
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import threading
@@ -41,7 +40,7 @@ class Profiler:
             self.events.append(event)
 
     def wrap_steps(self, steps: list) -> list:
-        return [dataclasses.replace(s, kernel=self._timed(s)) for s in steps]
+        return [s._replace(kernel=self._timed(s)) for s in steps]
 
     def _timed(self, step):
         kernel, label = step.kernel, step.label

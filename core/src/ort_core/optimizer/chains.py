@@ -2,7 +2,10 @@
 identity), Reshape∘Reshape keeps only the last one, Cast to the type a value already has vanishes.
 
 Only rewrites where the intermediate value has no other reader and is not a graph output; Reshape
-targets containing 0 (copy a dim from the intermediate) and non-constant shapes are left alone.
+targets containing 0 (copy a dim from the intermediate) and non-constant shapes are left alone, and so is
+an inner Reshape that could refuse an input the outer one accepts (dropping it would turn an error into
+a result): it goes only when its input's shape is static and fits its target, or its target cannot fail
+(only copied dims and one -1).
 """
 
 from __future__ import annotations
@@ -70,8 +73,28 @@ def _compose_transposes(graph: Graph, inner: Node, outer: Node, protected: set[s
 
 def _skip_inner_reshape(graph: Graph, inner: Node, outer: Node) -> bool:
     shape = graph.constant_initializers().get(outer.inputs[1]) if len(outer.inputs) > 1 else None
-    if shape is None or np.any(np.asarray(shape) == 0):
+    if shape is None or np.any(np.asarray(shape) == 0) or not _never_fails(graph, inner):
         return False
     outer.inputs = [inner.inputs[0], outer.inputs[1]]
     graph.nodes = [n for n in graph.nodes if n is not inner]
     return True
+
+
+def _never_fails(graph: Graph, reshape: Node) -> bool:
+    """Whether ``reshape`` accepts every input its graph can give it."""
+    target = graph.constant_initializers().get(reshape.inputs[1]) if len(reshape.inputs) > 1 else None
+    t = graph.type_of(reshape.inputs[0])
+    shape = t.shape if t is not None and t.kind == "tensor" else None
+    if target is None or shape is None or int(reshape.attr("allowzero", 0)):
+        return False
+    target = [int(d) for d in np.asarray(target).reshape(-1)]
+    if target.count(-1) > 1 or min(target, default=0) < -1 or len(target) > len(shape) and 0 in target[len(shape):]:
+        return False
+    if all(d in (0, -1) for d in target) and target.count(-1) == 1 and len(target) <= len(shape):
+        return True  # copied dims and the rest (a -1 over a zero-size copied dim fails either way)
+    if not all(isinstance(d, int) and d >= 0 for d in shape):
+        return False
+    dims = [shape[i] if d == 0 else d for i, d in enumerate(target)]
+    known = int(np.prod([d for d in dims if d != -1], dtype=np.int64))
+    total = int(np.prod(shape, dtype=np.int64))
+    return known == total if -1 not in dims else known > 0 and total % known == 0
