@@ -147,12 +147,12 @@ class _Sequence:
             raise KernelError(f"{label}: W ({w.dtype}) and R ({r.dtype}) must have X's type {x.dtype}")
         self.T, self.batch, self.H, self.dtype = T, nb, H, x.dtype
         cdt = self.cdt = _compute_dtype(x.dtype)
-        self.r_t = r.astype(cdt).transpose(0, 2, 1)  # (D, H, G*H): state @ r_t
-        xw = np.matmul(x.reshape(T * nb, isz).astype(cdt), w.astype(cdt).transpose(0, 2, 1))
+        self.r_t = r.astype(cdt, copy=False).transpose(0, 2, 1)  # (D, H, G*H): state @ r_t (a view: no copy)
+        xw = np.matmul(x.reshape(T * nb, isz).astype(cdt, copy=False), w.astype(cdt, copy=False).transpose(0, 2, 1))
         xw = xw.reshape(D, T, nb, G * H)
         self.rb = None
         if b is not None:
-            bias = b.astype(cdt).reshape(D, 2, G * H)
+            bias = b.astype(cdt, copy=False).reshape(D, 2, G * H)
             folded = bias[:, 0] + bias[:, 1] * fold_bias  # fold_bias masks R biases kept apart
             xw += folded[:, None, None, :]
             self.rb = bias[:, 1]

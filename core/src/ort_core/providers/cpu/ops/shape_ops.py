@@ -433,10 +433,24 @@ def _pad(node: Node, x: np.ndarray, pads: list[int], mode: str, value, axes) -> 
         return out
     if x.size == 0:
         raise KernelError(f"{node.label}: mode {mode!r} cannot pad an empty input {x.shape}")
-    try:
-        return np.pad(x, list(zip(begin, end)), mode=mode)
-    except ValueError as e:
-        raise KernelError(f"{node.label}: cannot pad {x.shape} with {pads} in mode {mode!r}") from e
+    for a, (b, e) in enumerate(zip(begin, end)):  # one gather per padded axis: np.pad costs ~20 us to set up
+        if b or e:
+            x = np.take(x, _pad_positions(x.shape[a], b, e, mode), axis=a)
+    return x
+
+
+def _pad_positions(n: int, begin: int, end: int, mode: str) -> np.ndarray:
+    """For each position of a padded axis of length ``n``, the input position it copies: mirrored
+    without repeating the edge (reflect, repeatedly for pads longer than the axis), the nearest edge
+    (edge), or around (wrap)."""
+    pos = np.arange(-begin, n + end)
+    if mode == "edge" or mode == "reflect" and n == 1:
+        return np.clip(pos, 0, n - 1)
+    if mode == "wrap":
+        return pos % n
+    period = 2 * (n - 1)
+    pos = np.abs(pos) % period
+    return np.where(pos >= n, period - pos, pos)
 
 
 def _pad_mode(node: Node, opset: int) -> str:
