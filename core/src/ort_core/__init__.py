@@ -14,6 +14,7 @@ from . import blas as _blas
 _blas.choose_kernels_before_numpy()  # must run before anything below imports numpy
 
 from .blas import blas_info
+from .compat import install_as_onnxruntime as install_as_onnxruntime  # "as": exported
 from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
 from .errors import (
     ExternalDataError,

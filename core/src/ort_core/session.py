@@ -72,6 +72,14 @@ few ms faster per session, for trusted models; "off" skips it (types then come f
 declarations only)."""
 
 
+ORT_ARENA_OPTIONS = frozenset({"arena_extend_strategy", "initial_chunk_size_bytes", "max_mem",
+                               "max_dead_bytes_per_chunk", "initial_growth_chunk_size_bytes",
+                               "max_power_of_two_extend_bytes"})
+"""onnxruntime's arena settings (OrtArenaCfg's keys), which code written for it hands its CPU provider (RapidOCR
+does) and onnxruntime accepts: taken off the CPU provider's options with a warning that they have no effect in
+ort-core, whose CPU provider takes ``use_arena``; any other name it does not declare is still refused."""
+
+
 class InferenceSession:
     """Load a model and run it (mirrors onnxruntime.InferenceSession).
 
@@ -84,6 +92,11 @@ class InferenceSession:
                  providers: Sequence[Any] | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any) -> None:
         self._sess_options = sess_options or SessionOptions()
+        # onnxruntime's attributes that code written for it reads (values as onnxruntime sets them)
+        self._sess_options_initial = sess_options
+        self._model_path, self._model_bytes = _model_source(path_or_bytes)
+        self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        self._fallback_providers = [CPU]
         # log_severity_level 3 (error) and up silences the warnings of this session's creation
         token = severity(int(self._sess_options.log_severity_level))
         try:
@@ -108,7 +121,6 @@ class InferenceSession:
         registry = get_registry()
         self._model: Model = load_model(path_or_bytes, _external_folder(path_or_bytes, config), inference,
                                         max_tensor_bytes=self._max_tensor_bytes)
-        self._model_path = path_or_bytes if isinstance(path_or_bytes, str) else None
         # session registrations first, then global ones; a snapshot taken now
         self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
         # refuses malformed graphs (cycles, values defined twice or never, unknown domains and
@@ -308,6 +320,22 @@ class InferenceSession:
     def model_path(self) -> str | None:
         return self._model_path
 
+    def disable_fallback(self) -> None:
+        """Recorded in ``_enable_fallback`` for onnxruntime code (onnxruntime then no longer re-creates the session
+        on the CPU provider after a provider error); ort-core skips a provider that fails when the session is
+        made, whatever it says (strict mode, session.disable_cpu_ep_fallback, refuses instead)."""
+        self._enable_fallback = False
+
+    def enable_fallback(self) -> None:
+        """Recorded for onnxruntime code (``_enable_fallback``); see disable_fallback."""
+        self._enable_fallback = True
+
+    # onnxruntime's attributes for what the get_* methods return, read by code written for it
+    _inputs_meta = property(get_inputs)
+    _outputs_meta = property(get_outputs)
+    _overridable_initializers = property(get_overridable_initializers)
+    _model_meta = property(get_modelmeta)
+
     # ------------------------------------------------------------ IOBinding
     def io_binding(self):
         """An ort_core.IOBinding for this session (inputs/outputs bound to devices)."""
@@ -335,6 +363,16 @@ class InferenceSession:
         names = list(self._output_slots) if not output_names else list(output_names)
         values = _run_placed(self, inputs, [(n, HOST) for n in names], run_options)
         return [OrtValue(v, HOST) for v in values]
+
+
+def _model_source(source: Any) -> tuple[str | None, Any]:
+    """onnxruntime's ``_model_path`` and ``_model_bytes`` for a model argument: (path, None) for a path,
+    (None, the bytes as given) for serialized bytes, (None, None) for an onnx.ModelProto (onnxruntime takes none)."""
+    if isinstance(source, (str, os.PathLike)):
+        return os.fspath(source), None
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return None, source
+    return None, None
 
 
 def _external_folder(source: Any, config: dict[str, str]) -> str | None:
@@ -445,6 +483,8 @@ def _resolve_providers(registry, providers, provider_options, strict: bool = Fal
             continue
         if name in resolved:
             continue
+        if name == CPU:
+            opts = _without_arena_settings(opts or {})
         resolved.append(name)
         options[name] = {str(key): v for key, v in (opts or {}).items()}
     explicit = CPU in resolved
@@ -452,6 +492,14 @@ def _resolve_providers(registry, providers, provider_options, strict: bool = Fal
         resolved.append(CPU)
         options[CPU] = {}
     return resolved, options, explicit
+
+
+def _without_arena_settings(opts: dict) -> dict:
+    ignored = sorted(str(k) for k in opts if k in ORT_ARENA_OPTIONS)
+    if ignored:
+        warn(f"{CPU} option(s) {ignored} have no effect in ort-core: onnxruntime's arena settings (ort-core's CPU "
+             "provider takes use_arena)")
+    return {k: v for k, v in opts.items() if k not in ORT_ARENA_OPTIONS}
 
 
 def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tuple[str, Any]],

@@ -1,9 +1,22 @@
-"""onnxruntime's ``capi.onnxruntime_pybind11_state`` names that code imports: its error classes and the
-option and value types, mapped onto ort-core's (an ``except InvalidArgument`` written for onnxruntime
-catches ort-core's). Only names; ort-core has no compiled extension behind them."""
+"""onnxruntime's ``capi.onnxruntime_pybind11_state`` names that code imports: its error classes, the
+option and value types and the module-level functions, mapped onto ort-core's (an ``except InvalidArgument``
+written for onnxruntime catches ort-core's). Only names; ort-core has no compiled extension behind them."""
 
 from __future__ import annotations
 
+from typing import Any
+
+from .. import (
+    disable_telemetry_events,
+    enable_telemetry_events,
+    get_all_providers,
+    get_available_providers,
+    get_build_info,
+    get_device,
+    set_default_logger_severity,
+    set_seed,
+)
+from ..compat import ONNXRUNTIME_API_VERSION, native_tooling_function
 from ..errors import (
     EPFail,
     Fail,
@@ -18,6 +31,21 @@ from ..io_types import ModelMetadata, NodeArg
 from ..options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from ..ortvalue import OrtValue
 
+
+def get_version_string() -> str:
+    """The onnxruntime version whose API this mirrors, as ``onnxruntime.__version__`` reports it once
+    ``ort_core.install_as_onnxruntime()`` ran (ort-core's own: ``ort_core.__version__``, ``get_build_info()``)."""
+    return ONNXRUNTIME_API_VERSION
+
+
+def __getattr__(name: str) -> Any:
+    """The native routines of onnxruntime's quantizers (ort_core.compat.NATIVE_TOOLING), from an installed
+    onnxruntime; any other missing name is an AttributeError."""
+    return native_tooling_function(name)
+
+
 __all__ = ["EPFail", "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InvalidArgument",
            "InvalidGraph", "InvalidProtobuf", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplemented",
-           "OrtValue", "RunOptions", "RuntimeException", "SessionOptions"]
+           "OrtValue", "RunOptions", "RuntimeException", "SessionOptions", "disable_telemetry_events",
+           "enable_telemetry_events", "get_all_providers", "get_available_providers", "get_build_info", "get_device",
+           "get_version_string", "set_default_logger_severity", "set_seed"]

@@ -1,0 +1,194 @@
+"""``ort_core.install_as_onnxruntime()``: after it, ``import onnxruntime`` anywhere in this process gives ort-core.
+
+After PyMySQL's ``install_as_MySQLdb()``: libraries that import onnxruntime themselves then run on ort-core
+unchanged. Call it first thing, before importing them. What it puts into ``sys.modules``:
+
+- ``onnxruntime``: a module of its own forwarding every attribute to ``ort_core`` (``onnxruntime.InferenceSession
+  is ort_core.InferenceSession``, the error classes too), carrying onnxruntime's metadata. Its ``__version__``
+  is ``ONNXRUNTIME_API_VERSION``, the onnxruntime release whose Python API ort-core mirrors and is checked
+  against, not ort-core's own 0.1.0: libraries compare it with onnxruntime releases (``onnxruntime>=1.10.0``,
+  "older than 1.17: skip"), and 0.1.0 would send them down the paths for a years-old onnxruntime or make them
+  refuse to run. PyMySQL does the same with ``__version__``; ``get_version_string()`` agrees with it, as in
+  onnxruntime; ``get_build_info()`` and ``ort_core.__version__`` say ort-core's.
+- ``onnxruntime.capi`` and every module of ``ort_core.capi`` under the same name there
+  (``onnxruntime_pybind11_state``, ``_pybind_state``, ``onnxruntime_inference_collection``,
+  ``build_and_package_info``): the paths libraries import error classes and types from.
+- a finder for the subpackages ort-core does not reimplement, onnxruntime's tooling (``TOOLING``): they load
+  from the files of an installed onnxruntime distribution (whose own ``__init__`` never runs), so their
+  ``import onnxruntime`` gives ort-core and the sessions they make are ort-core's. With no onnxruntime
+  installed, importing one raises ModuleNotFoundError saying what to install. The few native routines they
+  import from ``capi._pybind_state`` (``NATIVE_TOOLING``: the quantizers' weight packing, no inference) are
+  lent from that onnxruntime's compiled module, loaded under a private name on first use.
+
+Calling it again does nothing. If a real onnxruntime was imported before, it raises Fail rather than replace it:
+what libraries already hold (sessions, the error classes of their ``except`` clauses) would stay onnxruntime's
+while new imports got ort-core's, a mix that fails far from its cause.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import sys
+import threading
+import types
+from typing import Any
+
+from .errors import Fail
+
+ONNXRUNTIME_API_VERSION = "1.32.0"
+"""What ``onnxruntime.__version__`` reports once installed: the onnxruntime release ort-core's drop-in API and
+contrib ops are checked against (the tests compare both runtimes on it)."""
+
+TOOLING = ("transformers", "quantization", "tools", "backend", "datasets")
+"""onnxruntime's pure-Python subpackages that ort-core does not reimplement (optimizers, quantizers, shape
+inference, the ONNX backend): taken from an installed onnxruntime."""
+
+NATIVE_TOOLING = ("quantize_matmul_2bits", "quantize_matmul_4bits", "quantize_matmul_8bits",
+                  "quantize_qdq_matmul_4bits", "quantize_matmul_bnb4")
+"""Native routines that onnxruntime's quantizers import from ``capi._pybind_state`` (weight packing, no
+inference): lent from the installed onnxruntime's compiled module, loaded privately on first use."""
+
+_NAME = "onnxruntime"
+_lock = threading.Lock()
+_native_lock = threading.Lock()
+_native: list[Any] = []  # once looked for: the installed onnxruntime's compiled module, or why there is none
+
+
+class _OnnxruntimeModule(types.ModuleType):
+    """``sys.modules['onnxruntime']``: forwards every attribute to ort_core; a name ort-core lacks raises an
+    AttributeError saying so (``hasattr`` probes still answer False)."""
+
+    def __getattr__(self, name: str) -> Any:
+        target = sys.modules["ort_core"]
+        try:
+            return getattr(target, name)
+        except AttributeError:
+            if name.startswith("__"):
+                raise
+            raise AttributeError(f"module 'onnxruntime' has no attribute '{name}': onnxruntime is ort-core here "
+                                 f"(ort_core.install_as_onnxruntime()), which does not provide it") from None
+
+    def __dir__(self) -> list[str]:
+        return sorted(set(super().__dir__()) | set(dir(sys.modules["ort_core"])))
+
+
+class _ToolingFinder(importlib.abc.MetaPathFinder):
+    """Finds ``onnxruntime.<sub>`` (any but ``capi``, ort-core's) in the installed onnxruntime's files; for a
+    TOOLING name it does not find, raises ModuleNotFoundError saying what to install."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
+        head, _, sub = fullname.partition(".")
+        if head != _NAME or not sub or "." in sub or sub == "capi":
+            return None  # deeper names follow their parent's __path__ (the real files) on their own
+        locations = real_onnxruntime_dirs()
+        spec = importlib.machinery.PathFinder.find_spec(fullname, locations) if locations else None
+        if spec is not None:
+            return spec
+        if sub in TOOLING:
+            missing = f"the installed onnxruntime ({locations[0]}) has none" if locations else \
+                "no onnxruntime is installed"
+            raise ModuleNotFoundError(
+                f"{fullname} is onnxruntime's tooling, which ort-core does not reimplement, and {missing}: "
+                "`pip install onnxruntime` beside ort-core (any build of it); with ort_core.install_as_onnxruntime() "
+                "in effect its tooling is loaded from there and runs on ort-core", name=fullname)
+        return None
+
+
+def real_onnxruntime_dirs() -> list[str]:
+    """The package folder(s) of an installed onnxruntime distribution (onnxruntime, onnxruntime-gpu, ...) on
+    sys.path, found without importing it; [] when there is none."""
+    spec = importlib.machinery.PathFinder.find_spec(_NAME)
+    return list(spec.submodule_search_locations or []) if spec is not None else []
+
+
+def native_tooling_function(name: str) -> Any:
+    """``name`` (one of NATIVE_TOOLING) from the installed onnxruntime's compiled module; AttributeError for
+    any other name, or saying why when that module cannot be had."""
+    if name not in NATIVE_TOOLING:
+        raise AttributeError(f"module 'onnxruntime.capi._pybind_state' (ort-core) has no attribute '{name}'")
+    with _native_lock:
+        if not _native:
+            _native.append(_load_native())
+    if isinstance(_native[0], str):
+        raise AttributeError(f"{name} is a native routine of onnxruntime's quantizers, which ort-core does not have: "
+                             f"{_native[0]}")
+    return getattr(_native[0], name)
+
+
+def _load_native() -> Any:
+    """The installed onnxruntime's compiled module under a private name (not ``onnxruntime...``), or why not."""
+    import importlib.util
+    import os
+
+    for folder in real_onnxruntime_dirs():
+        found = importlib.machinery.PathFinder.find_spec("onnxruntime_pybind11_state", [os.path.join(folder, "capi")])
+        if found is None or not isinstance(found.loader, importlib.machinery.ExtensionFileLoader):
+            continue
+        spec = importlib.util.spec_from_file_location("_ort_core_native.onnxruntime_pybind11_state", found.origin)
+        module = importlib.util.module_from_spec(spec)
+        try:
+            spec.loader.exec_module(module)
+        except (ImportError, OSError) as e:
+            return f"the installed onnxruntime's compiled module ({found.origin}) does not load: {e}"
+        return module
+    return "no onnxruntime is installed (`pip install onnxruntime` beside ort-core lends them)"
+
+
+def install_as_onnxruntime() -> types.ModuleType:
+    """Make ``import onnxruntime`` (and its ``capi`` paths) give ort-core in this process; returns that module.
+
+    Idempotent. Raises Fail if a real onnxruntime was imported already: call it before anything imports
+    onnxruntime. Tooling subpackages (``onnxruntime.transformers``, ``quantization``, ``tools``...) come from
+    an installed onnxruntime; without one, importing them raises ModuleNotFoundError naming what to install.
+    """
+    with _lock:
+        current = sys.modules.get(_NAME)
+        if isinstance(current, _OnnxruntimeModule):
+            return current
+        _refuse_if_imported()
+        module = _make_module()
+        entries = _capi_modules(module)  # imported first: a failure leaves sys.modules as it was
+        if not any(isinstance(f, _ToolingFinder) for f in sys.meta_path):
+            sys.meta_path.insert(0, _ToolingFinder())
+        sys.modules.update(entries)
+        sys.modules[_NAME] = module
+        return module
+
+
+def _refuse_if_imported() -> None:
+    loaded = sorted(n for n, m in list(sys.modules.items())
+                    if m is not None and (n == _NAME or n.startswith(_NAME + ".")))
+    if loaded:
+        where = getattr(sys.modules[loaded[0]], "__file__", None) or "?"
+        raise Fail(f"onnxruntime is already imported ({loaded[0]} from {where}): call "
+                   "ort_core.install_as_onnxruntime() before anything imports onnxruntime (first thing in the program, "
+                   "before importing the libraries that use it); what they already hold, sessions and error classes, "
+                   "would stay onnxruntime's")
+
+
+def _make_module() -> _OnnxruntimeModule:
+    from .capi import onnxruntime_pybind11_state as pybind_state
+
+    ort_core = sys.modules["ort_core"]
+    module = _OnnxruntimeModule(_NAME, "onnxruntime's Python API, served by ort-core (install_as_onnxruntime())")
+    module.__file__ = ort_core.__file__
+    module.__path__ = []  # submodules: capi from sys.modules, tooling through _ToolingFinder, nothing else
+    module.__package__ = _NAME
+    module.__spec__ = importlib.machinery.ModuleSpec(_NAME, None, origin=ort_core.__file__, is_package=True)
+    module.__version__ = ONNXRUNTIME_API_VERSION
+    module.get_version_string = pybind_state.get_version_string  # the same version, as in onnxruntime
+    return module
+
+
+def _capi_modules(module: types.ModuleType) -> dict[str, types.ModuleType]:
+    """``onnxruntime.capi`` and each ``onnxruntime.capi.<name>``: the ort_core.capi module of that name."""
+    import pkgutil
+
+    from . import capi
+
+    entries = {f"{_NAME}.capi.{info.name}": importlib.import_module(f"{capi.__name__}.{info.name}")
+               for info in pkgutil.iter_modules(capi.__path__)}
+    entries[f"{_NAME}.capi"] = module.capi = capi
+    return entries
