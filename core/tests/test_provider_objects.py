@@ -25,23 +25,26 @@ PICKY_SRC = """
                                   hookimpl)
 
     INFO = ProviderInfo("PickyExecutionProvider", description="test",
-                        options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0", "fuse": "0"})
+                        options={"refuse": "", "fail": "", "keep_qdq": "0", "bake": "0", "fuse": "0", "fused_ops": ""})
     EVENTS = []
     OPS = {"Relu": lambda x: np.maximum(x, 0), "Add": np.add, "Mul": np.multiply}
-    FUSED = {"MatMulBias": lambda a, w, b: a @ w + b}  # made by its transform (ort-core's fusion passes)
+    FUSED = {"MatMulBias": lambda a, w, b: a @ w + b,  # made by its transform (ort-core's fusion passes)
+             "FusedGemm": lambda a, w, b: np.maximum(a @ w + b, 0)}  # declared in its preferences: made before
 
 
     class PickyProvider(ExecutionProvider):
         def preferences(self):
+            fused = frozenset(op for op in self.options.get("fused_ops", "").split(",") if op)
             return Preferences(keep_qdq=self.options.get("keep_qdq") == "1",
-                               bakes_weights=self.options.get("bake") == "1")
+                               bakes_weights=self.options.get("bake") == "1", fused_ops=fused)
 
         def get_capability(self, graph):
             EVENTS.append(("capability",))
             if self.options.get("fail") == "capability":
                 raise RuntimeError("capability probe crashed")
             ops = {**OPS, "MatMul": np.matmul} if self.options.get("fuse") == "1" else OPS
-            ids = [n.id for n in graph.nodes() if n.op_type in ops]
+            fused = {op.rpartition("::")[2] for op in self.options.get("fused_ops", "").split(",") if op}
+            ids = [n.id for n in graph.nodes() if n.op_type in ops or n.op_type in fused]
             return Capability(tuple(ids), {n.id: "only Relu/Add/Mul" for n in graph.nodes() if n.id not in ids})
 
         def compile_subgraph(self, sub):
@@ -155,7 +158,8 @@ def test_instance_is_closed_when_its_session_goes_and_by_set_providers(picky):
 
 def test_unknown_option_of_a_v2_provider_names_the_valid_ones(picky):
     with pytest.raises(ort.InvalidArgument, match=r"unknown provider option\(s\) \['refuse_op'\] for "
-                                                  f"'{PICKY}'; valid options: bake, fail, fuse, keep_qdq, refuse"):
+                                                  f"'{PICKY}'; valid options: bake, fail, fuse, fused_ops, "
+                                                  "keep_qdq, refuse"):
         ort.InferenceSession(relu_sin_add_mul_model(), providers=[(PICKY, {"refuse_op": "Add"})])
 
 
@@ -376,3 +380,41 @@ def test_the_device_id_option_chooses_the_instances_device(tmp_path, fresh_regis
         assert ort_ep_dual_mod.COPIES == [("cpu:0", f"dual:{k}"), (f"dual:{k}", "cpu:0")]
     with pytest.raises(ort.InvalidArgument, match="device_id=2: DualExecutionProvider has devices 0 and 1"):
         ort.InferenceSession(model, providers=[("DualExecutionProvider", {"device_id": "2"})])
+
+
+def gemm_relu_model():
+    rng = np.random.default_rng(7)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    return make_model([helper.make_node("Gemm", ["x", "w", "b"], ["g"], name="gemm"),
+                       helper.make_node("Relu", ["g"], ["r"], name="relu"),
+                       helper.make_node("Sin", ["r"], ["y"], name="sin")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [w, b])
+
+
+def test_fused_ops_a_provider_declares_are_made_before_it_is_offered_nodes(picky):
+    """Declared in its preferences, com.microsoft::FusedGemm is made before partitioning: the provider's
+    get_capability sees one FusedGemm where the model has Gemm + Relu (asked once), and claims it."""
+    model = gemm_relu_model()
+    x = np.random.default_rng(8).standard_normal((2, 4)).astype(np.float32)
+    (expected,) = ort.InferenceSession(model).run(None, {"x": x})
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(model, providers=[(PICKY, {"fused_ops": "com.microsoft::FusedGemm"})])
+    assert [(a.provider, a.op_types) for a in sess.get_provider_graph_assignment_info()] == [
+        (PICKY, ("FusedGemm",)), ("CPUExecutionProvider", ("Sin",))]
+    assert sess._optimizer_stats["early_fusion"] == 1
+    assert picky.EVENTS.count(("capability",)) == 1
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], expected, rtol=1e-5)
+    # one that declares nothing is offered the standard ops
+    with pytest.warns(ort.OrtWarning):
+        plain = ort.InferenceSession(model, providers=[PICKY])
+    assert "early_fusion" not in plain._optimizer_stats
+    assert sorted((a.provider, a.op_types) for a in plain.get_provider_graph_assignment_info()) == [
+        ("CPUExecutionProvider", ("Gemm",)), ("CPUExecutionProvider", ("Sin",)), (PICKY, ("Relu",))]
+
+
+def test_fused_ops_must_be_named_with_their_domain(picky):
+    with pytest.warns(ort.OrtWarning, match="fused_ops must hold 'domain::op_type'"):
+        sess = ort.InferenceSession(gemm_relu_model(), providers=[(PICKY, {"fused_ops": "FusedGemm"})])
+    assert sess.get_providers() == ["CPUExecutionProvider"]

@@ -40,7 +40,8 @@ from .ir.validate import validate_model
 from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
 from .limits import current as current_limits
 from .memory.device import HOST
-from .optimizer import optimize
+from .optimizer import EXTENDED, optimize
+from .optimizer.cpu_fusion import fuse_nodes
 from .options import RunOptions, SessionOptions
 from .ortvalue import OrtValue, default_transfers
 from .pipeline import BodyPlanner, Placement, place, placed_kernels
@@ -163,17 +164,34 @@ class InferenceSession:
                 continue
             self._providers.append(name)
 
+    def _preferences(self) -> dict:
+        """Each provider's Preferences; one whose answer breaks the contract is left out (with a warning
+        naming it), as a failing get_capability is, or raises in strict mode."""
+        prefs = {}
+        for p in list(self._providers):
+            try:
+                prefs[p] = self._instances[p].preferences()
+            except PluginError as e:
+                if self._strict or p == CPU:
+                    raise
+                warn(f"{e}; provider skipped")
+                self._providers.remove(p)
+        return prefs
+
     def _build(self) -> None:
         """The pipeline from the loaded model: optimize for this session's providers (their preferences
         asked first), place and compile (graph bodies too, through the body planner), then plan.
         set_providers runs it again from the start."""
         self._model = model = self._loaded.copy()
         graph = model.graph
-        prefs = {p: self._instances[p].preferences() for p in self._providers}
+        prefs = self._preferences()
         keep_qdq = any(pref.keep_qdq for pref in prefs.values())
         level = int(self._sess_options.graph_optimization_level)
         self._optimizer_stats = _optimize(model, level, _cpu_evaluator(self._instances[CPU], model), keep_qdq=keep_qdq)
         infer_static_types(graph, model.opset_imports, self._custom_ops)
+        early = frozenset().union(*(pref.fused_ops for p, pref in prefs.items() if p != CPU))
+        if early and level >= EXTENDED:  # the fused ops some provider runs: made before it is offered nodes
+            self._optimizer_stats["early_fusion"] = fuse_nodes(model, {n.id for n in graph.nodes}, frozenset(early))
         check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
         where = Placement(self._providers, self._instances, model.opset_imports, self._custom_ops, self._strict,
                           {p for p, pref in prefs.items() if pref.bakes_weights}, check_outputs, model.source)

@@ -41,8 +41,7 @@ def fuse_attention(m: Matcher) -> int:
                 if found is not None:
                     nodes, inputs, out, heads = found
                     op, domain, inputs, attrs = _node_for(m, inputs, heads)
-                    m.replace(nodes, op, inputs, [out], attrs, domain=domain)
-                    count += 1
+                    count += m.replace(nodes, op, inputs, [out], attrs, domain=domain) is not None
                     break
     return count
 

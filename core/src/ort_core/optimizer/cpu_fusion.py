@@ -24,9 +24,11 @@ GEMM_ACTIVATIONS = ACTIVATIONS - {"Clip"}  # onnxruntime's FusedGemm has no Clip
 _PARAMS = {"LeakyRelu": (("alpha", 0.01),), "HardSigmoid": (("alpha", 0.2), ("beta", 0.5))}
 
 
-def fuse_nodes(model: Model, node_ids: set[int]) -> int:
-    """Rewrite in place the patterns whose nodes are all in ``node_ids`` (one provider's); returns count."""
-    m = Matcher(model, node_ids)
+def fuse_nodes(model: Model, node_ids: set[int], allowed: frozenset[str] | None = None) -> int:
+    """Rewrite in place the patterns whose nodes are all in ``node_ids`` (one provider's); returns count.
+    ``allowed``: make only these fused ops ("domain::op_type"; before partitioning, the ones the session's
+    providers declare they run), None: all of them."""
+    m = Matcher(model, node_ids, allowed)
     fused = _fuse_transformers(m)
     fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
     if fused:
@@ -59,24 +61,20 @@ class _Chains:
             if nxt is None:
                 continue
             if node.op_type == "Conv" and nxt.op_type in ("Add", "Sum") and (residual := self.residual_of(node, nxt)):
-                self.merge(node, nxt, "FusedConv", CONTRIB, {}, [residual])
+                if not self.merge(node, nxt, "FusedConv", CONTRIB, {}, [residual]):
+                    continue
                 count += 1
                 act = self.sole_reader(node)
                 if act is not None and self.fusable_activation(node, act):
-                    self.merge(node, act, "FusedConv", CONTRIB, self.activation_params(act), [])
-                    count += 1
+                    count += self.merge(node, act, "FusedConv", CONTRIB, self.activation_params(act), [])
             elif node.op_type == "Conv" and self.fusable_activation(node, nxt):
-                self.merge(node, nxt, "FusedConv", CONTRIB, self.activation_params(nxt), [])
-                count += 1
+                count += self.merge(node, nxt, "FusedConv", CONTRIB, self.activation_params(nxt), [])
             elif node.op_type == "Gemm" and nxt.op_type in GEMM_ACTIVATIONS and self.fusable_activation(node, nxt):
-                self.merge(node, nxt, "FusedGemm", CONTRIB, _gemm_activation(nxt), [])
-                count += 1
+                count += self.merge(node, nxt, "FusedGemm", CONTRIB, _gemm_activation(nxt), [])
             elif node.op_type == "BatchNormalization" and _inference_bn(node) and self.fusable_activation(node, nxt):
-                self.merge(node, nxt, "FusedBatchNormalization", DOMAIN, self.activation_params(nxt), [])
-                count += 1
+                count += self.merge(node, nxt, "FusedBatchNormalization", DOMAIN, self.activation_params(nxt), [])
             elif node.op_type == "MatMul" and nxt.op_type == "Add" and (bias := self.bias_of(node, nxt)):
-                self.merge(node, nxt, "MatMulBias", DOMAIN, {}, [bias])
-                count += 1
+                count += self.merge(node, nxt, "MatMulBias", DOMAIN, {}, [bias])
         if self.removed:
             self.graph.nodes = [n for n in self.graph.nodes if id(n) not in self.removed]
         return count
@@ -132,7 +130,11 @@ class _Chains:
             return None
         return other
 
-    def merge(self, first: Node, second: Node, op_type: str, domain: str, extra_attrs: dict, extra_inputs) -> None:
+    def merge(self, first: Node, second: Node, op_type: str, domain: str, extra_attrs: dict, extra_inputs) -> bool:
+        """Make ``first`` the fused node and drop ``second``; False, and nothing changed, when this run
+        may not make ``op_type``."""
+        if not self.m.makes(op_type, domain):
+            return False
         first.op_type = op_type
         first.domain = domain
         first.attrs = {**first.attrs, **extra_attrs}
@@ -147,6 +149,7 @@ class _Chains:
         for name in set(second.inputs):  # the fused node now reads what the follower read
             users = [u for u in self.readers.get(name, []) if u is not second and u is not first]
             self.readers[name] = users + [first]
+        return True
 
 
 

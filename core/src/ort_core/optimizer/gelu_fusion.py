@@ -28,8 +28,7 @@ def fuse_gelus(m: Matcher) -> int:
                 nodes, inputs = [add, *nodes], list(biased)  # the bias joins the op, as onnxruntime fuses it
             erf = node.op_type == "Erf"
             op = ("BiasGelu" if len(inputs) == 2 else "Gelu") if erf else "FastGelu"
-            m.replace(nodes, op, inputs, [out], {}, domain=CONTRIB)
-            count += 1
+            count += m.replace(nodes, op, inputs, [out], {}, domain=CONTRIB) is not None
     return count
 
 

@@ -17,8 +17,8 @@ def fuse_layer_norms(m: Matcher) -> int:
     for node in list(m.graph.nodes):
         if node.op_type == "ReduceMean" and m.eligible(node) and (found := _match(m, node)) is not None:
             nodes, x, eps, gamma, beta, out = found
-            m.replace(nodes, "LayerNormalization", [x, gamma, beta], [out], {"axis": -1, "epsilon": eps})
-            count += 1
+            count += m.replace(nodes, "LayerNormalization", [x, gamma, beta], [out], {"axis": -1, "epsilon": eps}) \
+                is not None
     return count
 
 

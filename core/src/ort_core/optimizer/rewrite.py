@@ -56,9 +56,14 @@ class Matcher:
     edit nodes in place and keep ``consumers`` up to date themselves).
     """
 
-    def __init__(self, model: Model, on_cpu: set[int]):
+    def __init__(self, model: Model, on_cpu: set[int], allowed: frozenset[str] | None = None):
         self.model, self.graph, self.on_cpu = model, model.graph, on_cpu
+        self.allowed = allowed  # "domain::op_type" of the fused ops it may make; None: all of them
         self.refresh()
+
+    def makes(self, op_type: str, domain: str = "") -> bool:
+        """Whether this run of the fusions may make ``domain::op_type``."""
+        return self.allowed is None or f"{domain}::{op_type}" in self.allowed
 
     def refresh(self) -> None:
         g = self.graph
@@ -141,8 +146,11 @@ class Matcher:
         return name
 
     def replace(self, nodes: list[Node], op_type: str, inputs: list[str], outputs: list[str], attrs: dict,
-                domain: str = "") -> Node:
-        """Put one new node where the last of ``nodes`` (in list order) stood; it takes that node's id."""
+                domain: str = "") -> Node | None:
+        """Put one new node where the last of ``nodes`` (in list order) stood; it takes that node's id.
+        None, and nothing changed, when this run may not make that op (see ``allowed``)."""
+        if not self.makes(op_type, domain):
+            return None
         drop = {n.id for n in nodes}
         at = max(i for i, n in enumerate(self.graph.nodes) if n.id in drop)
         last = self.graph.nodes[at]

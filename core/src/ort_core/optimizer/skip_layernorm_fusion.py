@@ -19,8 +19,8 @@ def fuse_skip_layer_norms(m: Matcher) -> int:
     for node in list(m.graph.nodes):
         if (found := _match(m, node)) is not None:
             nodes, inputs, outputs, eps = found
-            m.replace(nodes, "SkipLayerNormalization", inputs, outputs, {"epsilon": eps}, domain=CONTRIB)
-            count += 1
+            count += m.replace(nodes, "SkipLayerNormalization", inputs, outputs, {"epsilon": eps},
+                               domain=CONTRIB) is not None
     return count
 
 

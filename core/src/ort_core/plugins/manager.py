@@ -225,7 +225,10 @@ class SessionProvider:
 
     def preferences(self) -> Preferences:
         prefs = self._ask("preferences", self.ep.preferences)
-        return self._typed("preferences", prefs, Preferences, "expected ort_core.plugins.Preferences")
+        self._typed("preferences", prefs, Preferences, "expected ort_core.plugins.Preferences")
+        if not all(isinstance(op, str) and "::" in op for op in prefs.fused_ops):
+            raise self._bad("preferences", f"fused_ops must hold 'domain::op_type' strings, got {prefs.fused_ops!r}")
+        return prefs
 
     def get_capability(self, view: GraphView) -> Capability:
         cap = self._ask("ort_get_capability", self.ep.get_capability, view)

@@ -49,10 +49,16 @@ class Preferences:
     ``bakes_weights``: it builds constant initializers into its compiled artifact, so its subgraphs list
     them in ``constants`` only, not in ``inputs``: the core keeps no copy for it and feeds none at run time
     (the default: weights are inputs, copied once to its device at session creation).
+    ``fused_ops``: the fused ops of ort-core's optimizer it runs, as "domain::op_type" (onnxruntime's contrib
+    ops such as "com.microsoft::FusedConv", "com.microsoft::Attention", "::LayerNormalization"; the list is in
+    ``optimizer/cpu_fusion.py``). At level extended and up the core then fuses those patterns before
+    partitioning, so its ``get_capability`` sees one fused node where the model has a chain; a provider
+    declaring none sees the standard ops, and may still fuse the nodes it claimed in ``transform``.
     """
 
     keep_qdq: bool = False
     bakes_weights: bool = False
+    fused_ops: frozenset[str] = frozenset()
 
 
 class UnsupportedSubgraph(Exception):
