@@ -16,7 +16,6 @@ from .. import (
     set_default_logger_severity,
     set_seed,
 )
-from ..compat import ONNXRUNTIME_API_VERSION, native_tooling_function
 from ..errors import (
     EPFail,
     Fail,
@@ -28,6 +27,7 @@ from ..errors import (
     RuntimeException,
 )
 from ..io_types import ModelMetadata, NodeArg
+from ..onnxruntime_dist import ONNXRUNTIME_API_VERSION, native_tooling_function
 from ..options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from ..ortvalue import OrtValue
 
@@ -39,7 +39,7 @@ def get_version_string() -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """The native routines of onnxruntime's quantizers (ort_core.compat.NATIVE_TOOLING), from an installed
+    """The native routines of onnxruntime's quantizers (ort_core.onnxruntime_dist.NATIVE_TOOLING), from an installed
     onnxruntime; any other missing name is an AttributeError."""
     return native_tooling_function(name)
 
