@@ -1,0 +1,347 @@
+"""The loaded QNN backend: dlopen with its stdout kept out of ours, the API-version check, the backend's log,
+its backend and device handles, and QNN contexts.
+
+One ``Backend`` per library path, process-wide (the library's own state is process-wide); what to build in a
+graph is ``graph``'s and ``lowering``'s business. Every failing call raises ``QnnError`` naming the call, QNN's
+message for the code and the ERROR lines the backend logged meanwhile.
+"""
+
+from __future__ import annotations
+
+import atexit
+import itertools
+import logging
+import os
+import tempfile
+import threading
+from collections import deque
+from typing import Any
+
+import cffi
+
+from . import library
+from . import qnn_api as q
+
+log = logging.getLogger("ort_ep_qnn")
+backend_log = logging.getLogger("ort_ep_qnn.backend")
+
+ffi = cffi.FFI()
+ffi.cdef(q.CDEF)
+ffi.cdef(q.LIBC_CDEF)
+_libc = ffi.dlopen(None)
+
+
+class QnnUnavailable(RuntimeError):
+    """The QNN library cannot be used here; the message says why and what to do."""
+
+
+class QnnError(RuntimeError):
+    """A QNN call failed; the message names the call, QNN's error text and the backend's ERROR lines."""
+
+    def __init__(self, message: str, code: int = 0) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+# ----------------------------------------------------------------------------------------------- log
+class LogBridge:
+    """The backend's log callback: messages are formatted with libc's vsnprintf, numbered and kept in a
+    short ring (ERROR lines of a failing call go into its QnnError) and passed to the ``ort_ep_qnn.backend``
+    logger at DEBUG: the backend logs ERROR lines on calls that succeed, so none is shown by itself."""
+
+    LEVELS = {q.LOG_ERROR: "ERROR", q.LOG_WARN: "WARN", q.LOG_INFO: "INFO", q.LOG_VERBOSE: "VERBOSE",
+              q.LOG_DEBUG: "DEBUG"}
+
+    def __init__(self) -> None:
+        self._records: deque[tuple[int, int, str]] = deque(maxlen=400)
+        self._counter = itertools.count(1)
+        self._lock = threading.Lock()
+        self.callback = ffi.callback("void(const char*, uint32_t, uint64_t, void*)", self._on_message)
+
+    def _on_message(self, fmt: Any, level: int, timestamp: int, args: Any) -> None:
+        try:
+            buf = ffi.new("char[2048]")
+            _libc.vsnprintf(buf, 2048, fmt, args)
+            text = ffi.string(buf).decode("utf-8", "replace").strip()
+            with self._lock:
+                self._records.append((next(self._counter), int(level), text))
+            backend_log.debug("[%s] %s", self.LEVELS.get(int(level), level), text)
+        except Exception:  # noqa: BLE001 - an exception must never cross back into C
+            pass
+
+    def mark(self) -> int:
+        """A position in the log; ``errors_since(mark)`` gives the ERROR lines logged after it."""
+        with self._lock:
+            return self._records[-1][0] if self._records else 0
+
+    def errors_since(self, mark: int) -> list[str]:
+        with self._lock:
+            return [text for n, level, text in self._records if n > mark and level == q.LOG_ERROR]
+
+
+LOG = LogBridge()
+
+
+# -------------------------------------------------------------------------------------------- loading
+def _dlopen_quietly(path: str) -> Any:
+    """dlopen ``path`` with file descriptor 1 pointed at a temporary file: libQnnHtp's initializers print to
+    the process's stdout. What they print goes to the log; anything else printed meanwhile (another thread)
+    is written back to stdout."""
+    _libc.fflush(ffi.NULL)
+    try:
+        saved = os.dup(1)
+    except OSError:  # no stdout to protect
+        return ffi.dlopen(path)
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 1)
+        try:
+            lib = ffi.dlopen(path)
+        finally:
+            _libc.fflush(ffi.NULL)
+            os.dup2(saved, 1)
+            os.close(saved)
+        capture.seek(0)
+        printed = capture.read().decode("utf-8", "replace")
+    others = []
+    for line in printed.splitlines():
+        if "LIBNATIVE" in line or "Qnn" in line or "QNN" in line:
+            backend_log.debug("[stdout] %s", line.strip())
+        else:
+            others.append(line)
+    if others:
+        os.write(1, ("\n".join(others) + "\n").encode())
+    return lib
+
+
+def _version(v: Any) -> tuple[int, int, int]:
+    return int(v.major), int(v.minor), int(v.patch)
+
+
+def _fmt(v: tuple[int, ...]) -> str:
+    return ".".join(map(str, v))
+
+
+def _supported_text() -> str:
+    backends = "; ".join(f"{q.BACKEND_NAMES.get(b, b)} API {', '.join(_fmt(x) for x in vs)}"
+                         for b, vs in q.VERIFIED_BACKEND_API.items())
+    return f"core API {', '.join(_fmt(v) for v in q.VERIFIED_CORE_API)} with {backends}"
+
+
+class Backend:
+    """One loaded QNN backend library: its interface table (``api``), versions, build id, log and backend
+    handles, and one device handle per SoC model. Graph building and finalizing go through ``lock`` (one at
+    a time: the backend's log ring is shared); executions of different graphs may run together."""
+
+    def __init__(self, path: str, found_in: str = "") -> None:
+        self.path, self.found_in = path, found_in
+        try:
+            self.lib = _dlopen_quietly(path)
+        except OSError as e:
+            raise QnnUnavailable(f"cannot load {path} ({e}); {library.HOW_TO_GET}") from None
+        try:
+            get_providers = self.lib.QnnInterface_getProviders
+        except AttributeError:
+            raise QnnUnavailable(f"{path} does not export QnnInterface_getProviders: not a QNN backend library; "
+                                 f"{library.HOW_TO_GET}") from None
+        providers, count = ffi.new("const QnnInterface_t***"), ffi.new("uint32_t*")
+        status = get_providers(providers, count)
+        if status != q.SUCCESS or count[0] == 0:
+            raise QnnUnavailable(f"{path}: QnnInterface_getProviders returned {q.error_code(status)} with "
+                                 f"{count[0]} providers")
+        self.interface = providers[0][0]
+        self.backend_id = int(self.interface.backendId)
+        self.provider_name = ffi.string(self.interface.providerName).decode() if self.interface.providerName else ""
+        self.core_api = _version(self.interface.apiVersion.coreApiVersion)
+        self.backend_api = _version(self.interface.apiVersion.backendApiVersion)
+        self._check_versions()  # before any call through the table: its layout depends on them
+        self.api = self.interface.api
+        self.lock = threading.RLock()
+        self.build_id = self._build_id()
+        self._devices: dict[int, Any] = {}
+        self.log_handle = self._create_log()
+        handle = ffi.new("Qnn_BackendHandle_t*")
+        self.check(self.api.backendCreate(self.log_handle, ffi.NULL, handle), "QnnBackend_create", unavailable=True)
+        self.handle = handle[0]
+        self._closed = False
+
+    def _check_versions(self) -> None:
+        core = self.core_api[:2]
+        name = q.BACKEND_NAMES.get(self.backend_id, f"id {self.backend_id}")
+        if self.backend_id != q.BACKEND_HTP:
+            raise QnnUnavailable(f"{self.path} is QNN's {name} backend ({self.provider_name}); this provider drives "
+                                 f"only the HTP backend ({library.htp_file_name()}) so far")
+        if core not in q.VERIFIED_CORE_API or self.backend_api[:2] not in q.VERIFIED_BACKEND_API[self.backend_id]:
+            raise QnnUnavailable(
+                f"{self.path} reports QNN core API {_fmt(self.core_api)} with {name} API {_fmt(self.backend_api)}; "
+                f"this provider's declarations of QNN's structs are verified for {_supported_text()} only (the "
+                f"layouts change between API versions), so it does not call it: pip install "
+                f"'{library.WHEEL}==2.7.*' (QNN SDK 2.51)")
+
+    def _build_id(self) -> str:
+        version, text = ffi.new("Qnn_ApiVersion_t*"), ffi.new("const char**")
+        self.check(self.api.backendGetApiVersion(version), "QnnBackend_getApiVersion", unavailable=True)
+        # the table's offsets are checked once by asking it what the provider list already said
+        if (_version(version.coreApiVersion), _version(version.backendApiVersion)) != (self.core_api,
+                                                                                        self.backend_api):
+            raise QnnUnavailable(f"{self.path}: its interface table does not have the layout declared here")
+        self.check(self.api.backendGetBuildId(text), "QnnBackend_getBuildId", unavailable=True)
+        return ffi.string(text[0]).decode() if text[0] != ffi.NULL else ""
+
+    def _create_log(self) -> Any:
+        handle = ffi.new("Qnn_LogHandle_t*")
+        # WARN and ERROR only: the HTP backend logs hundreds of INFO lines per graph
+        self.check(self.api.logCreate(LOG.callback, q.LOG_WARN, handle), "QnnLog_create", unavailable=True)
+        return handle[0]
+
+    @property
+    def sdk_version(self) -> str:
+        """The QNN SDK release of the library, e.g. '2.51.0' (from its build id 'v2.51.0.260929181845')."""
+        parts = self.build_id.lstrip("v").split(".")
+        return ".".join(parts[:3]) if len(parts) >= 3 else self.build_id
+
+    def describe(self) -> str:
+        return (f"QNN SDK {self.sdk_version} {q.BACKEND_NAMES.get(self.backend_id, '')} backend "
+                f"(core API {_fmt(self.core_api)}, backend API {_fmt(self.backend_api)})")
+
+    # ------------------------------------------------------------------------------------------ calls
+    def error_text(self, status: int) -> str:
+        code = q.error_code(status)
+        message = ffi.new("const char**")
+        try:
+            if self.api.errorGetMessage(status, message) == q.SUCCESS and message[0] != ffi.NULL:
+                return ffi.string(message[0]).decode("utf-8", "replace")
+        except Exception:  # noqa: BLE001 - the message is a nicety
+            pass
+        return f"error {code}"
+
+    def check(self, status: int, call: str, mark: int | None = None, unavailable: bool = False) -> None:
+        """Raise (QnnError, or QnnUnavailable while loading) when ``status`` is not success."""
+        if status == q.SUCCESS:
+            return
+        errors = LOG.errors_since(mark) if mark is not None else []
+        detail = f"; backend: {' | '.join(errors[-6:])}" if errors else ""
+        text = f"{call} failed: {self.error_text(status)} (code {q.error_code(status)}){detail}"
+        if unavailable:
+            raise QnnUnavailable(f"{self.path}: {text}")
+        raise QnnError(text, q.error_code(status))
+
+    def device(self, soc_model: int) -> Any:
+        """The device handle for ``soc_model`` (0: the backend's default target), created once."""
+        with self.lock:
+            if soc_model in self._devices:
+                return self._devices[soc_model]
+            handle = ffi.new("Qnn_DeviceHandle_t*")
+            mark = LOG.mark()
+            if soc_model:
+                custom = ffi.new("QnnHtpDevice_CustomConfig_t*")
+                custom.option, custom.socModel = q.HTP_DEVICE_CONFIG_SOC, soc_model
+                config = ffi.new("QnnDevice_Config_t*")
+                config.option, config.customConfig = q.DEVICE_CONFIG_CUSTOM, custom
+                configs = ffi.new("const QnnDevice_Config_t*[2]", [config, ffi.NULL])
+                status = self.api.deviceCreate(self.log_handle, configs, handle)
+            else:
+                status = self.api.deviceCreate(self.log_handle, ffi.NULL, handle)
+            self.check(status, f"QnnDevice_create(soc_model={soc_model})", mark)
+            self._devices[soc_model] = handle[0]
+            return handle[0]
+
+    def create_context(self, soc_model: int) -> Context:
+        return Context(self, soc_model)
+
+    def close(self) -> None:
+        """Free the devices, the backend and the log (at exit: the backend's threads must not log into a
+        finalizing interpreter)."""
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+            for handle in self._devices.values():
+                self.api.deviceFree(handle)
+            self._devices.clear()
+            self.api.backendFree(self.handle)
+            self.api.logFree(self.log_handle)
+
+
+class Context:
+    """A QNN context on one device: the graphs of one provider instance (or of capability probes) live in it;
+    freed with ``close``."""
+
+    def __init__(self, backend: Backend, soc_model: int) -> None:
+        self.backend, self.soc_model = backend, soc_model
+        device = backend.device(soc_model)
+        handle = ffi.new("Qnn_ContextHandle_t*")
+        with backend.lock:
+            mark = LOG.mark()
+            backend.check(backend.api.contextCreate(backend.handle, device, ffi.NULL, handle), "QnnContext_create",
+                          mark)
+        self.handle = handle[0]
+        self.graphs = 0
+        self.closed = False
+
+    def binary(self) -> bytes:
+        """The serialized context (every finalized graph in it)."""
+        b = self.backend
+        size, written = ffi.new("uint64_t*"), ffi.new("uint64_t*")
+        with b.lock:
+            mark = LOG.mark()
+            b.check(b.api.contextGetBinarySize(self.handle, size), "QnnContext_getBinarySize", mark)
+            buf = ffi.new("uint8_t[]", size[0])
+            b.check(b.api.contextGetBinary(self.handle, buf, size[0], written), "QnnContext_getBinary", mark)
+        return bytes(ffi.buffer(buf, written[0]))
+
+    def close(self) -> None:
+        b = self.backend
+        with b.lock:
+            if not self.closed and not b._closed:
+                b.api.contextFree(self.handle, ffi.NULL)
+            self.closed = True
+
+
+# ----------------------------------------------------------------------------------------- registry
+_backends: dict[str, Backend] = {}
+_failures: dict[str, str] = {}
+_lock = threading.Lock()
+
+
+def backend(path: str | None = None) -> Backend:
+    """The process-wide Backend for ``path`` (default: the discovered HTP library), loaded once; raises
+    QnnUnavailable with the reason (remembered: a library that failed to load is not tried again)."""
+    found_in = ""
+    if not path:
+        path, found_in = library.find_backend()
+        if path is None:
+            raise QnnUnavailable(found_in)
+    key = os.path.realpath(path)
+    with _lock:
+        if key in _backends:
+            return _backends[key]
+        if key in _failures:
+            raise QnnUnavailable(_failures[key])
+        if not os.path.isfile(path):
+            _failures[key] = f"backend_path {path} does not exist; {library.HOW_TO_GET}"
+            raise QnnUnavailable(_failures[key])
+        try:
+            loaded = Backend(path, found_in)
+        except QnnUnavailable as e:
+            _failures[key] = str(e)
+            raise
+        _backends[key] = loaded
+        return loaded
+
+
+def unavailable_reason() -> str:
+    """Why the default QNN backend cannot be used here, or "" when it loads and its backend initialises."""
+    try:
+        backend()
+    except QnnUnavailable as e:
+        return str(e)
+    return ""
+
+
+@atexit.register
+def _close_all() -> None:
+    for b in list(_backends.values()):
+        try:
+            b.close()
+        except Exception:  # noqa: BLE001 - nothing to do about it at exit
+            pass

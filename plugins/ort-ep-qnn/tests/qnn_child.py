@@ -1,0 +1,429 @@
+"""The part of the QNN provider's tests that loads libQnnHtp, run as a child process by test_qnn_plugin.py.
+
+``python qnn_child.py SCENARIO [JSON]`` runs one scenario and prints its result as JSON on the last line of
+stdout, so that a crash inside Qualcomm's library fails a test instead of taking the test run down, and the
+parent can check that nothing else reached stdout.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+import warnings
+
+import numpy as np
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core as ort
+
+NAME = "QNNExecutionProvider"
+CPU = "CPUExecutionProvider"
+F32 = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def make_model(nodes, inputs, outputs, inits=(), opset=17):
+    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model
+
+
+def vi(name, shape, et=F32):
+    return helper.make_tensor_value_info(name, et, shape)
+
+
+def init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def rand(*shape, low=-1.0, high=1.0):
+    return RNG.uniform(low, high, shape).astype(np.float32)
+
+
+def session(model, providers, optimize=False):
+    so = ort.SessionOptions()
+    if not optimize:
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ort.InferenceSession(model.SerializeToString(), so, providers=providers)
+
+
+def placement(sess):
+    return [[a.provider, list(a.op_types)] for a in sess.get_provider_graph_assignment_info()]
+
+
+# ------------------------------------------------------------------------------------------ op cases
+def _unary(op, shape=(2, 3, 4)):
+    return make_model([helper.make_node(op, ["x"], ["y"])], [vi("x", list(shape))], [vi("y", list(shape))]), \
+        {"x": rand(*shape, low=-4, high=4)}
+
+
+def _binary(op, a_shape, b_shape, out_shape, b_const=False, positive_b=False):
+    b = rand(*b_shape, low=0.5, high=2.0) if positive_b else rand(*b_shape)
+    inputs = [vi("a", list(a_shape))] + ([] if b_const else [vi("b", list(b_shape))])
+    inits = [init("b", b)] if b_const else []
+    model = make_model([helper.make_node(op, ["a", "b"], ["y"])], inputs, [vi("y", list(out_shape))], inits)
+    feed = {"a": rand(*a_shape)}
+    if not b_const:
+        feed["b"] = b
+    return model, feed
+
+
+def _conv(x_shape, w_shape, y_shape, bias=True, **attrs):
+    inits = [init("w", rand(*w_shape))] + ([init("b", rand(w_shape[0]))] if bias else [])
+    node = helper.make_node("Conv", ["x", "w"] + (["b"] if bias else []), ["y"], **attrs)
+    return make_model([node], [vi("x", list(x_shape))], [vi("y", list(y_shape))], inits), {"x": rand(*x_shape)}
+
+
+def _pool(op, x_shape, y_shape, **attrs):
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    return make_model([node], [vi("x", list(x_shape))], [vi("y", list(y_shape))]), {"x": rand(*x_shape)}
+
+
+def _matmul(a_shape, b_shape, y_shape, b_const=False):
+    inputs = [vi("a", list(a_shape))] + ([] if b_const else [vi("b", list(b_shape))])
+    inits = [init("b", rand(*b_shape))] if b_const else []
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], inputs, [vi("y", list(y_shape))], inits)
+    feed = {"a": rand(*a_shape)}
+    if not b_const:
+        feed["b"] = rand(*b_shape)
+    return model, feed
+
+
+def _gemm_const():
+    node = helper.make_node("Gemm", ["a", "w", "c"], ["y"], transB=1, alpha=0.5, beta=2.0)
+    return make_model([node], [vi("a", [3, 4])], [vi("y", [3, 5])], [init("w", rand(5, 4)), init("c", rand(5))]), \
+        {"a": rand(3, 4)}
+
+
+def _gemm_runtime():
+    node = helper.make_node("Gemm", ["a", "b"], ["y"], transA=1)
+    return make_model([node], [vi("a", [4, 3]), vi("b", [4, 5])], [vi("y", [3, 5])]), \
+        {"a": rand(4, 3), "b": rand(4, 5)}
+
+
+def _reshape(shape_in, shape_out):
+    node = helper.make_node("Reshape", ["x", "s"], ["y"])
+    return make_model([node], [vi("x", list(shape_in))], [vi("y", list(shape_out))],
+                      [init("s", np.array(shape_out, np.int64))]), {"x": rand(*shape_in)}
+
+
+def _simple(op, x_shape, y_shape, opset=17, **attrs):
+    node = helper.make_node(op, ["x"], ["y"], **attrs)
+    return make_model([node], [vi("x", list(x_shape))], [vi("y", list(y_shape))], opset=opset), {"x": rand(*x_shape)}
+
+
+def _batchnorm():
+    c = 3
+    inits = [init("s", rand(c, low=0.5, high=1.5)), init("b", rand(c)), init("m", rand(c)),
+             init("v", rand(c, low=0.1, high=2.0))]
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], epsilon=1e-3)
+    return make_model([node], [vi("x", [2, c, 4, 5])], [vi("y", [2, c, 4, 5])], inits), {"x": rand(2, c, 4, 5)}
+
+
+def _sum():
+    node = helper.make_node("Sum", ["a", "b", "c"], ["y"])
+    return make_model([node], [vi("a", [2, 3, 4]), vi("b", [3, 4])], [vi("y", [2, 3, 4])], [init("c", rand(4))]), \
+        {"a": rand(2, 3, 4), "b": rand(3, 4)}
+
+
+def _concat():
+    node = helper.make_node("Concat", ["a", "b", "c"], ["y"], axis=1)
+    return make_model([node], [vi("a", [2, 3, 4]), vi("b", [2, 1, 4])], [vi("y", [2, 6, 4])],
+                      [init("c", rand(2, 2, 4))]), {"a": rand(2, 3, 4), "b": rand(2, 1, 4)}
+
+
+OP_CASES = {
+    "Add": lambda: _binary("Add", (2, 3, 4), (2, 3, 4), (2, 3, 4)),
+    "Add_bias_broadcast": lambda: _binary("Add", (2, 3, 4, 5), (3, 1, 1), (2, 3, 4, 5), b_const=True),
+    "Add_runtime_broadcast": lambda: _binary("Add", (2, 3, 4), (4,), (2, 3, 4)),
+    "Sub": lambda: _binary("Sub", (2, 3, 4), (1, 3, 1), (2, 3, 4)),
+    "Mul": lambda: _binary("Mul", (2, 3, 4), (2, 3, 4), (2, 3, 4)),
+    "Div": lambda: _binary("Div", (2, 3, 4), (2, 3, 4), (2, 3, 4), positive_b=True),
+    "Relu": lambda: _unary("Relu"),
+    "Sigmoid": lambda: _unary("Sigmoid"),
+    "Tanh": lambda: _unary("Tanh"),
+    "MatMul": lambda: _matmul((4, 5), (5, 6), (4, 6)),
+    "MatMul_batched": lambda: _matmul((2, 3, 4, 5), (2, 3, 5, 2), (2, 3, 4, 2)),
+    "MatMul_weights": lambda: _matmul((2, 3, 5), (5, 4), (2, 3, 4), b_const=True),
+    "Gemm_const": _gemm_const,
+    "Gemm_runtime": _gemm_runtime,
+    "Conv": lambda: _conv((1, 3, 8, 8), (4, 3, 3, 3), (1, 4, 8, 8), pads=[1, 1, 1, 1]),
+    "Conv_stride_dilation": lambda: _conv((1, 2, 9, 9), (3, 2, 3, 3), (1, 3, 3, 3), bias=False, strides=[2, 2],
+                                          dilations=[2, 2]),
+    "Conv_same_upper": lambda: _conv((1, 2, 7, 7), (3, 2, 3, 3), (1, 3, 4, 4), strides=[2, 2], auto_pad="SAME_UPPER"),
+    "Conv_depthwise": lambda: _conv((1, 4, 6, 6), (4, 1, 3, 3), (1, 4, 6, 6), group=4, pads=[1, 1, 1, 1]),
+    "Conv_grouped": lambda: _conv((1, 4, 6, 6), (6, 2, 3, 3), (1, 6, 4, 4), group=2),
+    "LRN": lambda: _simple("LRN", (1, 7, 3, 4), (1, 7, 3, 4), size=3, alpha=2e-2, beta=0.75, bias=1.5),
+    "MaxPool": lambda: _pool("MaxPool", (1, 3, 8, 8), (1, 3, 4, 4), kernel_shape=[2, 2], strides=[2, 2]),
+    "MaxPool_pads": lambda: _pool("MaxPool", (1, 2, 5, 5), (1, 2, 5, 5), kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+    "MaxPool_ceil": lambda: _pool("MaxPool", (1, 2, 7, 7), (1, 2, 4, 4), kernel_shape=[2, 2], strides=[2, 2],
+                                  ceil_mode=1),
+    "AveragePool": lambda: _pool("AveragePool", (1, 3, 8, 8), (1, 3, 4, 4), kernel_shape=[2, 2], strides=[2, 2]),
+    "AveragePool_pads_excluded": lambda: _pool("AveragePool", (1, 2, 5, 5), (1, 2, 5, 5), kernel_shape=[3, 3],
+                                               pads=[1, 1, 1, 1]),
+    "AveragePool_pads_included": lambda: _pool("AveragePool", (1, 2, 5, 5), (1, 2, 5, 5), kernel_shape=[3, 3],
+                                               pads=[1, 1, 1, 1], count_include_pad=1),
+    "AveragePool_pads_excluded_1ch": lambda: _pool("AveragePool", (1, 1, 5, 5), (1, 1, 5, 5), kernel_shape=[5, 5],
+                                                   pads=[2, 2, 2, 2]),
+    "GlobalAveragePool": lambda: _simple("GlobalAveragePool", (2, 3, 5, 4), (2, 3, 1, 1)),
+    "Reshape": lambda: _reshape((2, 3, 4), (4, 6)),
+    "Flatten": lambda: _simple("Flatten", (2, 3, 4, 5), (6, 20), axis=2),
+    "Transpose": lambda: _simple("Transpose", (2, 3, 4, 5), (2, 4, 5, 3), perm=[0, 2, 3, 1]),
+    "Concat": _concat,
+    "BatchNormalization": _batchnorm,
+    "Sum": _sum,
+    "Softmax": lambda: _simple("Softmax", (3, 7), (3, 7)),
+    "Softmax_axis1_opset13": lambda: _simple("Softmax", (2, 5, 3), (2, 5, 3), axis=1),
+    "Softmax_axis1_opset11": lambda: _simple("Softmax", (2, 5, 3), (2, 5, 3), opset=11, axis=1),
+}
+
+
+def scenario_ops(args):
+    names = args.get("cases") or list(OP_CASES)
+    out = {}
+    for name in names:
+        model, feed = OP_CASES[name]()
+        t0 = time.perf_counter()
+        sess = session(model, [NAME, CPU])
+        created = time.perf_counter() - t0
+        got = sess.run(None, feed)[0]
+        t1 = time.perf_counter()
+        got = sess.run(None, feed)[0]
+        ran = time.perf_counter() - t1
+        want = session(model, [CPU]).run(None, feed)[0]
+        err = float(np.max(np.abs(got.astype(np.float64) - want))) if got.shape == want.shape else None
+        out[name] = {"placement": placement(sess), "shape": list(got.shape), "want_shape": list(want.shape),
+                     "dtype": str(got.dtype), "max_abs_err": err, "max_abs": float(np.max(np.abs(want))),
+                     "create_s": created, "run_s": ran}
+    return out
+
+
+# ------------------------------------------------------------------------------------------- models
+def small_cnn(batch=2):
+    w1 = init("w1", (RNG.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32))
+    b1 = init("b1", (RNG.standard_normal(8) * 0.1).astype(np.float32))
+    w2 = init("w2", (RNG.standard_normal((16, 8, 3, 3)) * 0.2).astype(np.float32))
+    fc = init("fc", (RNG.standard_normal((10, 16)) * 0.3).astype(np.float32))
+    fcb = init("fcb", (RNG.standard_normal(10) * 0.1).astype(np.float32))
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Conv", ["p1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+        helper.make_node("Flatten", ["g"], ["f"]),
+        helper.make_node("Gemm", ["f", "fc", "fcb"], ["logits"], transB=1),
+        helper.make_node("Softmax", ["logits"], ["y"], axis=1),
+    ]
+    return make_model(nodes, [vi("x", [batch, 3, 16, 16])], [vi("y", [batch, 10])], [w1, b1, w2, fc, fcb])
+
+
+def scenario_cnn(args):
+    options = args.get("options", {})
+    model = small_cnn()
+    t0 = time.perf_counter()
+    sess = session(model, [(NAME, options), CPU], optimize=True)
+    created = time.perf_counter() - t0
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    runs = []
+    for _ in range(3):
+        t1 = time.perf_counter()
+        got = sess.run(None, {"x": x})[0]
+        runs.append(time.perf_counter() - t1)
+    want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
+    return {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))),
+            "max_abs": float(np.max(np.abs(want))), "create_s": created, "run_s": min(runs)}
+
+
+def scenario_split(args):
+    """A node QNN does not take (Erf) in the middle: QNN, CPU, QNN, with the reason."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Erf", ["m"], ["e"]),
+             helper.make_node("Add", ["e", "x"], ["y"])]
+    model = make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], [init("s", np.full(8, 0.7, np.float32))])
+    sess = session(model, [NAME, CPU])
+    x = rand(2, 8)
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU]).run(None, {"x": x})[0]
+    return {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))), "explain": sess.explain()}
+
+
+def scenario_declines(args):
+    """Nodes QNN is not offered, each with its reason."""
+    nodes = [helper.make_node("Add", ["d", "d"], ["d2"]), helper.make_node("Relu", ["dyn"], ["r"]),
+             helper.make_node("Add", ["i", "i"], ["i2"]), helper.make_node("Reshape", ["x", "shape"], ["xr"]),
+             helper.make_node("Conv", ["img", "w_in"], ["c"])]
+    model = make_model(nodes, [vi("d", [3], TensorProto.DOUBLE), vi("dyn", ["N", 3]), vi("i", [3], TensorProto.INT64),
+                               vi("x", [2, 3]), vi("shape", [2], TensorProto.INT64), vi("img", [1, 1, 4, 4]),
+                               vi("w_in", [1, 1, 3, 3])],
+                       [vi("d2", [3], TensorProto.DOUBLE), vi("r", ["N", 3]), vi("i2", [3], TensorProto.INT64),
+                        vi("xr", [3, 2]), vi("c", [1, 1, 2, 2])])
+    sess = session(model, [NAME, CPU])
+    return {"placement": placement(sess), "explain": sess.explain()}
+
+
+def scenario_options(args):
+    """Option errors: the core refuses unknown names, the provider bad values and precision conflicts."""
+    model = small_cnn().SerializeToString()
+    out = {}
+    cases = {"unknown": {"bogus": "1"}, "soc_text": {"soc_model": "eight"}, "mode": {"htp_performance_mode": "warp"},
+             "fp16_flag": {"enable_htp_fp16_precision": "yes"}, "profiling": {"profiling_level": "optrace"},
+             "fp16_without_soc": {"enable_htp_fp16_precision": "1"}, "soc_without_fp16": {"soc_model": "57"},
+             "bad_soc": {"soc_model": "99999"}}
+    for key, opts in cases.items():
+        try:
+            ort.InferenceSession(model, providers=[(NAME, opts)])
+            out[key] = None
+        except ort.InvalidArgument as e:
+            out[key] = str(e)
+    return out
+
+
+def scenario_backend_path(args):
+    """A session whose backend_path cannot be loaded: every node declined with the reason, CPU runs it."""
+    model = small_cnn()
+    sess = session(model, [(NAME, {"backend_path": "/nonexistent/libQnnHtp.so"}), CPU])
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU]).run(None, {"x": x})[0]
+    return {"placement": placement(sess), "explain": sess.explain(), "max_abs_err": float(np.max(np.abs(got - want)))}
+
+
+def scenario_discovery(args):
+    from ort_ep_qnn import plugin, qnn_api, runtime
+    from ort_ep_qnn.graph import GraphBuilder
+
+    from ort_core.plugins.manager import get_registry
+
+    entry = get_registry().providers[NAME]
+    b = runtime.backend()
+    ctx = b.create_context(0)  # a finalized context serializes (contextGetBinary): the EPContext groundwork
+    g = GraphBuilder(ctx, "binary")
+    x, y = g.tensor("x", qnn_api.TENSOR_APP_WRITE, (1, 4)), g.tensor("y", qnn_api.TENSOR_APP_READ, (1, 4))
+    g.node("Relu", [x], [y])
+    g.finalize()
+    blob = ctx.binary()
+    ctx.close()
+    return {"available": entry.info.available, "reason": entry.info.reason, "description": entry.info.description,
+            "plugin_is_module": entry.plugin is plugin, "distribution": entry.distribution,
+            "core_api": list(b.core_api), "backend_api": list(b.backend_api), "build_id": b.build_id,
+            "found_in": b.found_in, "in_available": NAME in ort.get_available_providers(),
+            "options": sorted(entry.info.options), "context_binary_bytes": len(blob)}
+
+
+def scenario_version_refusal(args):
+    """Declarations verified for another API version: the library is refused before any call but the query."""
+    from ort_ep_qnn import qnn_api, runtime
+
+    out = {"refused": None, "gpu": None}
+    gpu = os.path.join(os.path.dirname(runtime.library.find_backend()[0]), "libQnnGpu.so")
+    qnn_api.VERIFIED_CORE_API = ((2, 39),)
+    try:
+        runtime.backend()
+    except runtime.QnnUnavailable as e:
+        out["refused"] = str(e)
+    if os.path.isfile(gpu):  # another QNN backend of the same SDK: refused by its backend id
+        try:
+            runtime.backend(gpu)
+        except runtime.QnnUnavailable as e:
+            out["gpu"] = str(e)
+    out["gpu_present"] = os.path.isfile(gpu)
+    return out
+
+
+def scenario_probe_cache(args):
+    from ort_ep_qnn import capability
+
+    folder = args["folder"]
+    node = helper.make_node("Sigmoid", ["x"], ["y"])
+    model = make_model([node], [vi("x", [3, 11])], [vi("y", [3, 11])])
+    opts = {"cache_dir": folder}
+    session(model, [(NAME, opts), CPU])
+    n = len(capability.PROBES)
+    for _ in range(3):
+        session(model, [(NAME, opts), CPU])
+    files = [f for f in os.listdir(folder) if f.startswith("ort-ep-qnn-probes-")]
+    saved = json.load(open(os.path.join(folder, files[0]), encoding="utf-8")) if files else {}
+    return {"probes_after_first": n, "probes_after_more": len(capability.PROBES), "files": files,
+            "has_sigmoid": any("Sigmoid" in k for k in saved.get("results", {})), "tag": saved.get("tag", "")}
+
+
+def scenario_probe_cache_reuse(args):
+    """A fresh process with the cache folder of scenario_probe_cache: the verdict comes from the file."""
+    from ort_ep_qnn import capability
+
+    calls = []
+    original = capability.PROBER.finalize
+    capability.PROBER.finalize = lambda *a, **k: calls.append(a[0].op_type) or original(*a, **k)
+    node = helper.make_node("Sigmoid", ["x"], ["y"])
+    model = make_model([node], [vi("x", [3, 11])], [vi("y", [3, 11])])
+    sess = session(model, [(NAME, {"cache_dir": args["folder"]}), CPU])
+    return {"probed": calls, "placement": placement(sess)}
+
+
+def scenario_profiling(args):
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("ort_ep_qnn.profile")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    model, feed = OP_CASES["Conv"]()
+    sess = session(model, [(NAME, {"profiling_level": "basic"}), CPU])
+    sess.run(None, feed)
+    return {"placement": placement(sess), "events": records[:20], "n_events": len(records)}
+
+
+def scenario_threads(args):
+    from concurrent.futures import ThreadPoolExecutor
+
+    model = small_cnn(batch=1)
+    sess = session(model, [NAME, CPU], optimize=True)
+    xs = [RNG.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    want = [sess.run(None, {"x": x})[0] for x in xs]
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda k: sess.run(None, {"x": xs[k % 4]})[0], range(16)))
+    return {"placement": placement(sess), "same": all(np.array_equal(g, want[k % 4]) for k, g in enumerate(got))}
+
+
+def scenario_stages(args):
+    """A subgraph the backend will not finalize whole is split into several QNN graphs (simulated here: any
+    part of more than two nodes fails), and still computes the same."""
+    from ort_ep_qnn import kernel, runtime
+
+    built, original = [], kernel._build
+
+    def fussy(nodes, *rest):
+        if len(nodes) > 2:
+            raise runtime.QnnError("simulated: too large to finalize")
+        stage = original(nodes, *rest)
+        built.append([n.op_type for n in nodes])
+        return stage
+
+    kernel._build = fussy
+    model = small_cnn()
+    sess = session(model, [NAME, CPU], optimize=True)
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
+    return {"placement": placement(sess), "stages": built, "max_abs_err": float(np.max(np.abs(got - want))),
+            "max_abs": float(np.max(np.abs(want)))}
+
+
+if __name__ == "__main__":
+    scenario = sys.argv[1]
+    arguments = json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    result = globals()[f"scenario_{scenario}"](arguments)
+    sys.stdout.flush()
+    print(json.dumps(result))
