@@ -283,3 +283,178 @@ def test_tree_errors():
                  opset=5, domain=ML)
     with pytest.raises(KernelError, match="float"):
         run_ours("TreeEnsemble", [np.zeros((1, 1), np.int64)], ours_attrs, opset=5, domain=ML)
+
+
+# ------------------------------------------------------------------ traversal strategies, layouts
+
+def ragged(n_trees, depth, n_features, modes=("BRANCH_LEQ",), leaf_chance=0.35):
+    """Random trees whose leaves sit at mixed depths (1..depth), legacy encoding, nodes listed shuffled
+    (root first); returns the nodes_* attributes and the leaves (tree, node)."""
+    keys = ("nodes_treeids", "nodes_nodeids", "nodes_featureids", "nodes_values", "nodes_modes",
+            "nodes_truenodeids", "nodes_falsenodeids", "nodes_missing_value_tracks_true")
+    attrs = {k: [] for k in keys}
+    leaves = []
+    for t in range(n_trees):
+        rows, todo, next_id = [], [(0, 0)], 1
+        while todo:
+            i, d = todo.pop()
+            if d == depth or (d > 0 and rng.random() < leaf_chance):
+                rows.append((i, 0, 0.0, "LEAF", 0, 0, 0))
+                leaves.append((t, i))
+            else:
+                rows.append((i, int(rng.integers(n_features)), float(np.round(rng.normal(), 1)), str(rng.choice(modes)),
+                             next_id, next_id + 1, int(rng.integers(2))))
+                todo += [(next_id, d + 1), (next_id + 1, d + 1)]
+                next_id += 2
+        for j in [0, *rng.permutation(np.arange(1, len(rows)))]:
+            for k, v in zip(keys, (t, *rows[int(j)])):
+                attrs[k].append(v)
+    return attrs, leaves
+
+
+@pytest.fixture
+def strategy(request, monkeypatch):
+    from ort_core.providers.cpu.ops import ml_tree
+
+    monkeypatch.setattr(ml_tree, "FORCE_STRATEGY", request.param)
+    return request.param
+
+
+ALL_STRATEGIES = [None, "walk", "perfect", "gemm", "allnodes"]
+
+
+@pytest.mark.parametrize("strategy", ALL_STRATEGIES, indirect=True)
+@pytest.mark.parametrize("depth", [1, 3, 4, 7])
+def test_strategies_match_reference_on_mixed_depths(strategy, depth):
+    # leaves at every depth: the walk's early exit, the perfect trees' padding, gemm's bit table
+    attrs, leaves = ragged(7, depth, 4, modes=MODES[:5])
+    attrs.update(weights(leaves, "target", 2), n_targets=2, aggregate_function="SUM")
+    x = features(80, 4)
+    (ours,), (ref,) = ml_both("TreeEnsembleRegressor", x, attrs, 1)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+    (one,) = run_ours("TreeEnsembleRegressor", [x[3:4]], attrs, opset=3, domain=ML)
+    np.testing.assert_allclose(one, ours[3:4], rtol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ALL_STRATEGIES, indirect=True)
+def test_strategies_agree_with_membership_and_nan(strategy):
+    ours_attrs, ref_attrs = v5_tree(5, 3, np.float32, member=True)
+    x = np.round(rng.normal(size=(60, 3)), 1).astype(np.float32)
+    x[:, 0] = rng.choice([-1.0, 0.0, 0.5, 1.0, 2.0, np.nan], 60)
+    (ours,), (ref,) = ml_both("TreeEnsemble", x, ours_attrs, 1, opset=5, ref_attrs=ref_attrs)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ALL_STRATEGIES, indirect=True)
+def test_strategies_agree_on_one_model(strategy):
+    from ort_core.providers.cpu.ops import ml_tree
+
+    attrs, leaves = ragged(9, 4, 5, modes=MODES)
+    attrs.update(weights(leaves, "class", 3, positive=True), classlabels_int64s=[2, 4, 6])
+    x = features(70, 5)
+    x64 = np.round(rng.normal(size=(20, 5)), 1)
+    xi = np.round(rng.normal(size=(20, 5)) * 2).astype(np.int64)
+    got = [run_ours("TreeEnsembleClassifier", [v], attrs, opset=3, n_outputs=2, domain=ML) for v in (x, x64, xi)]
+    forced, ml_tree.FORCE_STRATEGY = ml_tree.FORCE_STRATEGY, None
+    auto = [run_ours("TreeEnsembleClassifier", [v], attrs, opset=3, n_outputs=2, domain=ML) for v in (x, x64, xi)]
+    ml_tree.FORCE_STRATEGY = forced
+    for (label, z), (auto_label, auto_z) in zip(got, auto):
+        np.testing.assert_array_equal(label, auto_label)
+        np.testing.assert_array_equal(z, auto_z)
+
+
+@pytest.mark.parametrize("layout", ["tree", "dense", "sparse"])
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_aggregation_layouts_match_reference(layout, agg):
+    from ort_core.ir.graph import Node
+    from ort_core.providers.cpu.ops.ml_tree import _legacy_forest
+
+    attrs, leaves = ragged(8, 4, 4)
+    if layout == "tree":  # boosting: tree t weights class t % 4 only, one weight per leaf
+        w = {k: [] for k in ("target_treeids", "target_nodeids", "target_ids", "target_weights")}
+        for t, n in leaves:
+            for key, v in zip(w, (t, n, t % 4, float(rng.normal()))):
+                w[key].append(v)
+    else:  # dense: every leaf weights every class; sparse: one class, others with probability 0.15
+        w = weights(leaves, "target", 4)
+        if layout == "sparse":  # (the reference evaluator needs a weight at every leaf)
+            keep = (rng.random(len(w["target_ids"])) < 0.15) | (np.arange(len(w["target_ids"])) % 4 == 0)
+            w = {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in w.items()}
+    attrs.update(w, n_targets=4, aggregate_function=agg)
+    node = Node("TreeEnsembleRegressor", ["x"], ["y"], dict(attrs), domain=ML, name="t", id=0)
+    assert _legacy_forest(node, "target", 4).aggregate.layout == layout
+    x = features(90, 4)
+    (ours,), (ref,) = ml_both("TreeEnsembleRegressor", x, attrs, 1)
+    if agg in ("MIN", "MAX"):  # a target no leaf reached: the reference keeps +-FLT_MAX, we (and onnxruntime) 0
+        ref = np.where(np.abs(ref) > 1e30, 0, ref)
+    np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
+
+
+def test_sparse_classes_match_onnxruntime():
+    # several classes, each leaf weighting a few of them: untouched classes stay out of the argmax
+    attrs, leaves = ragged(6, 3, 3)
+    attrs.update(weights(leaves, "class", 5, every_target=False, positive=True),
+                 classlabels_strings=["a", "b", "c", "d", "e"], post_transform="SOFTMAX")
+    x = features(50, 3)
+    ours = run_ours("TreeEnsembleClassifier", [x], attrs, opset=3, n_outputs=2, domain=ML)
+    theirs = run_onnxruntime_ml("TreeEnsembleClassifier", x, attrs, [TensorProto.STRING, TensorProto.FLOAT],
+                                ml_opset=3)
+    assert ours[0].tolist() == theirs[0].tolist()
+    np.testing.assert_allclose(ours[1], theirs[1], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("strategy", ALL_STRATEGIES, indirect=True)
+def test_empty_and_single_row_batches(strategy):
+    attrs, leaves = ragged(4, 3, 3)
+    attrs.update(weights(leaves, "class", 3, positive=True), classlabels_int64s=[0, 1, 2])
+    label, z = run_ours("TreeEnsembleClassifier", [np.zeros((0, 3), np.float32)], attrs, opset=3, n_outputs=2,
+                        domain=ML)
+    assert label.shape == (0,) and z.shape == (0, 3) and z.dtype == np.float32
+    x = features(10, 3)
+    full = run_ours("TreeEnsembleClassifier", [x], attrs, opset=3, n_outputs=2, domain=ML)
+    one = run_ours("TreeEnsembleClassifier", [x[7]], attrs, opset=3, n_outputs=2, domain=ML)  # 1-D: one row
+    assert one[0].tolist() == full[0][7:8].tolist()
+    np.testing.assert_array_equal(one[1], full[1][7:8])
+    ours_attrs, _ = v5_tree(3, 2, np.float64)
+    (y,) = run_ours("TreeEnsemble", [np.zeros((0, 2))], ours_attrs, opset=5, domain=ML)
+    assert y.shape == (0, 2) and y.dtype == np.float64
+
+
+def test_blocks_and_threads_give_the_same_scores(monkeypatch):
+    from ort_core.providers.cpu.ops import ml_tree, ml_tree_walk
+
+    attrs, leaves = ragged(12, 6, 4, modes=MODES[:4])
+    attrs.update(weights(leaves, "target", 2), n_targets=2)
+    x = features(700, 4)
+    (whole,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    monkeypatch.setattr(ml_tree, "_BLOCK_PAIRS", 64)  # 5-row blocks
+    monkeypatch.setattr(ml_tree_walk, "MIN_PAIRS_PER_THREAD", 16)
+    monkeypatch.setattr(ml_tree_walk, "thread_budget", lambda: 3)
+    monkeypatch.setattr(ml_tree_walk, "_pool", None)
+    (blocked,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    np.testing.assert_array_equal(blocked, whole)
+
+
+def test_thread_budget_is_modest():
+    from ort_core.providers.cpu.ops import ml_tree_walk
+
+    assert 1 <= ml_tree_walk.thread_budget() <= ml_tree_walk.MAX_THREADS
+
+
+def test_walk_stops_at_leaves_and_choose_by_shape():
+    from ort_core.providers.cpu.ops import ml_tree_walk
+    from ort_core.providers.cpu.ops.ml_tree_table import Forest
+
+    # a chain: each root-to-leaf path ends right away except one of depth 30
+    depth = 30
+    mode = [0] * depth + [7] * (depth + 1)
+    true_next = [depth + i for i in range(depth)] + list(range(depth, 2 * depth + 1))
+    false_next = [i + 1 for i in range(depth - 1)] + [2 * depth] + list(range(depth, 2 * depth + 1))
+    n = len(mode)
+    forest = Forest("chain", [0] * n, [0.5] * n, mode, [False] * n, true_next, false_next, [0],
+                    ([depth], [0], [1.0]), 1)
+    assert forest.depth == depth and not ml_tree_walk.perfect_fits(forest)
+    x = np.full((5000, 1), 0.25, np.float32)  # every sample leaves at the first split
+    leaf = ml_tree_walk.leaves(forest, x, "walk")
+    assert forest.old[leaf].ravel().tolist() == [depth] * 5000
+    assert ml_tree_walk.choose(forest, 5000) == "walk"

@@ -1,8 +1,11 @@
 """CPU kernels for ai.onnx.ml tree ensembles: TreeEnsembleRegressor, TreeEnsembleClassifier
 (ml opsets 1, 3, 5) and TreeEnsemble (ml opset 5).
 
-All trees are flattened into one node table; every sample walks every tree at once, one tree
-level per step (index arrays [samples, trees]), so Python loops over depth, never over samples.
+This module reads the attributes and writes the outputs. At creation the trees become one flattened
+node table (ml_tree_table.Forest) and a leaf-weight layout (ml_tree_aggregate.Aggregator); at run time
+a traversal strategy (ml_tree_walk: walk with early exit, perfect-tree walk, GEMM or all-nodes, picked
+per model and batch) finds every (sample, tree) pair's leaf, vectorized over the pairs, looping over
+tree levels only, on cache-sized row blocks spread over a small thread pool for large batches.
 """
 
 from __future__ import annotations
@@ -11,157 +14,81 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
-from ....limits import check_tensor_size
 from ..registry import register
 from .ml_linear import ML, binary_scores, class_labels, pick, post_transform, transform_name
+from .ml_tree_aggregate import Aggregator
+from .ml_tree_table import LEAF, MEMBER, Forest
+from .ml_tree_walk import GEMM_MAX_DEPTH, STRATEGIES, choose, leaves, perfect_fits, run_blocks
 
-# node modes, numbered as TreeEnsemble (ml opset 5) numbers them; LEAF only for the old ops
-LEQ, LT, GTE, GT, EQ, NEQ, MEMBER, LEAF = range(8)
-_MODE_NAMES = {"BRANCH_LEQ": LEQ, "BRANCH_LT": LT, "BRANCH_GTE": GTE, "BRANCH_GT": GT,
-               "BRANCH_EQ": EQ, "BRANCH_NEQ": NEQ, "LEAF": LEAF}
-_COMPARE = {LEQ: np.less_equal, LT: np.less, GTE: np.greater_equal, GT: np.greater,
-            EQ: np.equal, NEQ: np.not_equal}
+_MODE_NAMES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3,
+               "BRANCH_EQ": 4, "BRANCH_NEQ": 5, "LEAF": LEAF}
 _AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble's integer codes 0..3
 _V5_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
-# samples per block so that a [block, trees, targets] gather stays near 4M elements
-_BLOCK_ELEMENTS = 1 << 22
+FORCE_STRATEGY: str | None = None
+"""None: each kernel picks its traversal per batch (ml_tree_walk.choose); "walk", "perfect", "gemm" or
+"allnodes" forces it for the kernels created afterwards (the bench and the tests compare them). gemm
+(depth > 4) and perfect (more than 16M padded positions) fall back to walk for trees too deep for them."""
+
+_BLOCK_PAIRS = 1 << 16  # (sample, tree) pairs per row block: the walk's arrays stay in cache (2.5x faster)
+_BLOCK_ELEMENTS = 1 << 18  # bounds [rows, trees, targets] (dense weights) and [rows, trees * nodes] (gemm)
 
 
-class _Forest:
-    """A flattened ensemble: node arrays indexed by global node id, leaves pointing to themselves.
+class _Ensemble:
+    """A forest with its leaf-weight layout: ``(scores, has) = ensemble(x, how)`` over row blocks."""
 
-    ``values``/``has`` ([nodes, targets]) hold each leaf's weight per target and whether the leaf
-    gives that target a weight at all (min/max and the classifiers need the difference).
-    """
+    def __init__(self, forest: Forest, n_targets: int):
+        self.forest, self.k = forest, n_targets
+        self.aggregate = Aggregator(forest, n_targets)
+        # the tables of the usual comparison dtype now, not at the first run
+        dtype = np.float32 if forest.exact32 else np.float64
+        forest.records(dtype)
+        if perfect_fits(forest):
+            forest.perfect(dtype)
+        if self.aggregate.layout == "dense":
+            self.aggregate.dense()
+        self.strategy = FORCE_STRATEGY
+        if self.strategy is not None and self.strategy not in STRATEGIES:
+            raise KernelError(f"unknown tree strategy {self.strategy!r}, expected one of {STRATEGIES}")
+        padded = forest.roots.size * 2.0 ** (forest.depth + 1)
+        if self.strategy == "gemm" and forest.depth > GEMM_MAX_DEPTH or \
+                self.strategy in ("gemm", "perfect") and padded > 1 << 24:
+            self.strategy = "walk"
 
-    def __init__(self, node: Node, feature, threshold, mode, missing, true_next, false_next,
-                 roots, leaf_entries, n_targets: int, members: dict[int, np.ndarray] | None = None):
-        self.label = node.label
-        self.mode = np.asarray(mode, dtype=np.int64)
-        # leaves read feature 0: any valid column works, their next node is themselves
-        self.feature = np.where(self.mode == LEAF, 0, np.asarray(feature, dtype=np.int64))
-        self.threshold = np.asarray(threshold, dtype=np.float64)
-        self.missing = np.asarray(missing, dtype=bool)
-        self.true_next = np.asarray(true_next, dtype=np.int64)
-        self.false_next = np.asarray(false_next, dtype=np.int64)
-        self.roots = np.asarray(roots, dtype=np.int64)
-        self.n_targets = n_targets
-        m = self.feature.size
-        if min(self.true_next.min(initial=0), self.false_next.min(initial=0)) < 0 or \
-                max(self.true_next.max(initial=0), self.false_next.max(initial=0)) >= max(m, 1):
-            raise KernelError(f"{self.label}: a child id points outside the tree nodes")
-        if self.roots.size and (self.roots.min() < 0 or self.roots.max() >= m):
-            raise KernelError(f"{self.label}: a tree root points outside the tree nodes")
-        interior = self.mode != LEAF
-        if interior.any() and self.feature[interior].min() < 0:
-            raise KernelError(f"{self.label}: negative feature id")
-        self.n_features = int(self.feature[interior].max(initial=-1)) + 1
-        self.modes = sorted(set(self.mode[interior].tolist()))
-        self.any_missing = bool(self.missing[interior].any())
-        self.depth = self._depth()
-        nodes, targets, weights = leaf_entries
-        nodes, targets = np.asarray(nodes, dtype=np.int64), np.asarray(targets, dtype=np.int64)
-        if targets.size and (targets.min() < 0 or targets.max() >= n_targets):
-            raise KernelError(f"{self.label}: a target/class id is outside [0, {n_targets})")
-        if nodes.size and (nodes.min() < 0 or nodes.max() >= m):
-            raise KernelError(f"{self.label}: a leaf weight points outside the tree nodes")
-        check_tensor_size(self.label, (m, n_targets), np.float64, "leaf value table")  # n_targets is an attribute
-        self.values = np.zeros((m, n_targets))
-        self.has = np.zeros((m, n_targets), dtype=bool)
-        np.add.at(self.values, (nodes, targets), np.asarray(weights, dtype=np.float64))
-        self.has[nodes, targets] = True
-        self._members(members or {})
+    def features(self, node: Node, x) -> np.ndarray:
+        """[N, F] C-contiguous rows in the comparison dtype: float64 for float64 input or thresholds
+        that are not float32 values, else float32 (integers are compared as float32, as onnxruntime)."""
+        if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
+            raise KernelError(f"{node.label}: input must be a numeric tensor, got "
+                              f"{getattr(x, 'dtype', type(x).__name__)}")
+        if x.ndim not in (1, 2):
+            raise KernelError(f"{node.label}: input must be 1-D or 2-D, got shape {list(x.shape)}")
+        rows = x.reshape(1, -1) if x.ndim == 1 else x
+        if rows.shape[1] < self.forest.n_features:
+            raise KernelError(f"{node.label}: input has {rows.shape[1]} features, the trees read feature "
+                              f"{self.forest.n_features - 1}")
+        if rows.dtype != np.float64:
+            rows = rows.astype(np.float32, copy=False)
+            if not self.forest.exact32:
+                rows = rows.astype(np.float64)
+        return np.ascontiguousarray(rows)
 
-    def _depth(self) -> int:
-        """Longest root-to-leaf path, found level by level; a cycle is an error."""
-        frontier, depth = np.unique(self.roots), 0
-        while frontier.size:
-            frontier = frontier[self.mode[frontier] != LEAF]
-            if frontier.size == 0:
-                break
-            depth += 1
-            if depth > self.feature.size:
-                raise KernelError(f"{self.label}: the trees contain a cycle")
-            frontier = np.unique(np.concatenate([self.true_next[frontier], self.false_next[frontier]]))
-        return depth
-
-    def _members(self, members: dict[int, np.ndarray]) -> None:
-        """Set membership as sorted codes node * len(values) + rank(value), searched at run time."""
-        allv = np.concatenate(list(members.values())) if members else np.zeros(0)
-        self.member_values = np.unique(allv)
-        nv = max(self.member_values.size, 1)
-        codes = [n * nv + np.searchsorted(self.member_values, v) for n, v in members.items()]
-        self.member_codes = np.unique(np.concatenate(codes)) if codes else np.zeros(0, dtype=np.int64)
-
-    def _is_member(self, x: np.ndarray, cur: np.ndarray) -> np.ndarray:
-        vals, codes = self.member_values, self.member_codes
-        if vals.size == 0 or codes.size == 0:
-            return np.zeros(x.shape, dtype=bool)
-        rank = np.minimum(np.searchsorted(vals, x), vals.size - 1)
-        code = cur * vals.size + rank
-        pos = np.minimum(np.searchsorted(codes, code), codes.size - 1)
-        return (vals[rank] == x) & (codes[pos] == code)
-
-    def _goes_true(self, x: np.ndarray, cur: np.ndarray) -> np.ndarray:
-        th = self.threshold[cur]
-        if len(self.modes) == 1 and self.modes[0] != MEMBER:
-            cond = _COMPARE[self.modes[0]](x, th)
-        else:
-            mode = self.mode[cur]
-            cond = np.zeros(x.shape, dtype=bool)
-            for m in self.modes:
-                sel = mode == m
-                cond[sel] = self._is_member(x[sel], cur[sel]) if m == MEMBER else _COMPARE[m](x[sel], th[sel])
-        if self.any_missing:
-            cond |= self.missing[cur] & np.isnan(x)
-        return cond
-
-    def leaves(self, x: np.ndarray) -> np.ndarray:
-        """[N, trees] leaf ids reached by each sample (x: [N, F] float64)."""
-        if x.shape[1] < self.n_features:
-            raise KernelError(f"{self.label}: input has {x.shape[1]} features, the trees read feature "
-                              f"{self.n_features - 1}")
-        cur = np.broadcast_to(self.roots, (x.shape[0], self.roots.size)).copy()
-        if x.shape[1] == 0:  # only single-leaf trees can read no feature
-            return cur
-        for _ in range(self.depth):
-            v = np.take_along_axis(x, self.feature[cur], axis=1)
-            cur = np.where(self._goes_true(v, cur), self.true_next[cur], self.false_next[cur])
-        return cur
-
-    def aggregate(self, x: np.ndarray, how: str) -> tuple[np.ndarray, np.ndarray]:
-        """([N, targets] aggregated leaf weights, [N, targets] whether any tree gave one).
-        Targets no tree reached get 0 under MIN/MAX, as in onnxruntime."""
-        n, k, t = x.shape[0], self.n_targets, max(self.roots.size, 1)
+    def __call__(self, node: Node, x, how: str) -> tuple[np.ndarray, np.ndarray]:
+        xc = self.features(node, x)
+        n, t, k = xc.shape[0], self.forest.roots.size, self.k
         out, has = np.zeros((n, k)), np.zeros((n, k), dtype=bool)
-        block = max(1, _BLOCK_ELEMENTS // (t * max(k, 1)))
-        for start in range(0, n, block):
-            leaf = self.leaves(x[start:start + block])
-            vals, hit = self.values[leaf], self.has[leaf]  # [B, trees, targets]
-            if how in ("SUM", "AVERAGE"):
-                res = vals.sum(axis=1)
-            elif how == "MIN":
-                res = np.where(hit, vals, np.inf).min(axis=1)
-            else:
-                res = np.where(hit, vals, -np.inf).max(axis=1)
-            any_hit = hit.any(axis=1)
-            out[start:start + block] = np.where(any_hit, res, 0.0)
-            has[start:start + block] = any_hit
-        if how == "AVERAGE":
-            out /= t
+        if n == 0:
+            return out, has
+        strategy = self.strategy or choose(self.forest, n)
+        width = max(t * (k if self.aggregate.layout != "tree" else 1), t * 2 ** min(self.forest.depth, 12)
+                    if strategy == "gemm" else 1, self.forest.size if strategy == "allnodes" else 1)
+        max_rows = max(1, min(_BLOCK_PAIRS // max(t, 1), _BLOCK_ELEMENTS // max(width, 1)))
+
+        def block(a: int, b: int) -> None:
+            out[a:b], has[a:b] = self.aggregate(leaves(self.forest, xc[a:b], strategy), how)
+
+        run_blocks(block, n, t, max_rows)
         return out, has
-
-
-def _rows(node: Node, x) -> np.ndarray:
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiu":
-        raise KernelError(f"{node.label}: input must be a numeric tensor, got "
-                          f"{getattr(x, 'dtype', type(x).__name__)}")
-    if x.ndim not in (1, 2):
-        raise KernelError(f"{node.label}: input must be 1-D or 2-D, got shape {list(x.shape)}")
-    rows = x.reshape(1, -1) if x.ndim == 1 else x
-    # integer inputs are compared as float32, as onnxruntime does
-    return rows.astype(np.float32).astype(np.float64) if x.dtype.kind in "iu" else rows.astype(np.float64)
 
 
 def _ints(node: Node, name: str, required: bool = True) -> np.ndarray:
@@ -188,7 +115,7 @@ def _values(node: Node, name: str, required: bool = True) -> np.ndarray:
     return np.asarray(v, dtype=np.float32).astype(np.float64).reshape(-1)
 
 
-def _legacy_forest(node: Node, prefix: str, n_targets: int) -> _Forest:
+def _legacy_forest(node: Node, prefix: str, n_targets: int) -> _Ensemble:
     """Forest from the nodes_* attributes of TreeEnsembleRegressor/Classifier, where nodes are
     named by (tree id, node id) and leaf weights by (tree id, node id, target/class id)."""
     tree_ids, node_ids = _ints(node, "nodes_treeids"), _ints(node, "nodes_nodeids")
@@ -232,8 +159,9 @@ def _legacy_forest(node: Node, prefix: str, n_targets: int) -> _Forest:
     if not (w_trees.size == w_nodes.size == w_ids.size == weights.size):
         raise KernelError(f"{node.label}: the {prefix}_* attributes must have the same length")
     w_index = index_of(w_trees, w_nodes, f"{prefix}_nodeids") if w_trees.size else w_trees
-    return _Forest(node, feature, threshold, mode, missing.astype(bool), true_next, false_next,
-                   roots, (w_index, w_ids, weights), n_targets)
+    forest = Forest(node.label, feature, threshold, mode, missing.astype(bool), true_next, false_next,
+                    roots, (w_index, w_ids, weights), n_targets)
+    return _Ensemble(forest, n_targets)
 
 
 def _aggregate_name(node: Node) -> str:
@@ -257,7 +185,7 @@ def _tree_regressor(node: Node, opset: int):
     name = transform_name(node, node.attr("post_transform"))
 
     def kernel(x):
-        y, has = forest.aggregate(_rows(node, x), how)
+        y, has = forest(node, x, how)
         if base.size:  # a target no tree gave a weight to stays 0, as in onnxruntime
             y = np.where(has, y + base, 0.0)
         if n_targets > 1 or name == "PROBIT":
@@ -287,7 +215,7 @@ def _tree_classifier(node: Node, opset: int):
         column = int(class_ids[0])
 
     def kernel(x):
-        scores, has = forest.aggregate(_rows(node, x), "SUM")
+        scores, has = forest(node, x, "SUM")
         if binary:
             s = scores[:, column] + (base[min(column, base.size - 1)] if base.size else 0.0)
             win = s > 0.5 if all_positive else s > 0
@@ -300,7 +228,7 @@ def _tree_classifier(node: Node, opset: int):
     return kernel
 
 
-def _v5_forest(node: Node) -> _Forest:
+def _v5_forest(node: Node) -> _Ensemble:
     feature = _ints(node, "nodes_featureids")
     n = feature.size
     splits = node.attr("nodes_splits")
@@ -343,14 +271,15 @@ def _v5_forest(node: Node) -> _Forest:
             raise KernelError(f"{node.label}: membership_values holds {len(groups)} sets for "
                               f"{member_nodes.size} membership nodes")
         members = {int(i): g for i, g in zip(member_nodes, groups)}
-    return _Forest(node,
-                   np.concatenate([feature, np.zeros(n_leaves, dtype=np.int64)]),
-                   np.concatenate([splits, np.zeros(n_leaves)]),
-                   np.concatenate([mode, np.full(n_leaves, LEAF)]),
-                   np.concatenate([missing != 0, np.zeros(n_leaves, dtype=bool)]),
-                   np.concatenate([true_next, ids]), np.concatenate([false_next, ids]),
-                   _ints(node, "tree_roots"), (ids, targets, leaf_weights),
-                   int(node.attr("n_targets", 0) or (targets.max(initial=-1) + 1)), members)
+    n_targets = int(node.attr("n_targets", 0) or (targets.max(initial=-1) + 1))
+    forest = Forest(node.label,
+                    np.concatenate([feature, np.zeros(n_leaves, dtype=np.int64)]),
+                    np.concatenate([splits, np.zeros(n_leaves)]),
+                    np.concatenate([mode, np.full(n_leaves, LEAF)]),
+                    np.concatenate([missing != 0, np.zeros(n_leaves, dtype=bool)]),
+                    np.concatenate([true_next, ids]), np.concatenate([false_next, ids]),
+                    _ints(node, "tree_roots"), (ids, targets, leaf_weights), n_targets, members)
+    return _Ensemble(forest, n_targets)
 
 
 @register("TreeEnsemble", since=5, domain=ML)
@@ -366,8 +295,8 @@ def _tree_ensemble(node: Node, opset: int):
     def kernel(x):
         if x.dtype not in (np.float32, np.float64, np.float16):
             raise KernelError(f"{node.label}: input must be float, double or float16, got {x.dtype}")
-        y, _ = forest.aggregate(_rows(node, x), how)
-        if name != "NONE" and (forest.n_targets > 1 or name == "PROBIT"):
+        y, _ = forest(node, x, how)
+        if name != "NONE" and (forest.k > 1 or name == "PROBIT"):
             y = post_transform(y, name)
         return (y.astype(x.dtype),)
     return kernel
