@@ -244,5 +244,5 @@ def test_probe_results_are_cached_per_signature_and_kept_in_cache_dir(tmp_path, 
     assert files and "Elu" in files[0].read_text()
     assert list(tmp_path.glob("*.blob"))  # OpenVINO's compiled-model cache
     capability.PROBES.clear()  # a new process: the verdicts come back from the file, not a probe
-    capability.PROBES.load(str(tmp_path))
-    assert any("'Elu'" in k for k in capability.PROBES._results)
+    capability.PROBES.load(str(tmp_path), capability.probe_tag())
+    assert any("'Elu'" in k for k in capability.PROBES.keys())

@@ -20,8 +20,9 @@ from .types import (
     constant_node_value,
     constant_node_values,
 )
+from .verdicts import VerdictCache
 
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
            "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "TransformView",
-           "UnsupportedSubgraph", "constant_node_value", "constant_node_values", "context_blob", "hookimpl",
-           "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain", "provider_hooks"]
+           "UnsupportedSubgraph", "VerdictCache", "constant_node_value", "constant_node_values", "context_blob",
+           "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain", "provider_hooks"]

@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
-import os
-import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -18,7 +15,14 @@ import numpy as np
 import onnx
 from onnx import TensorProto
 
-from ort_core.plugins import FusedSubgraph, constant_node_value, constant_node_values, is_onnx_domain, onnx_domain
+from ort_core.plugins import (
+    FusedSubgraph,
+    VerdictCache,
+    constant_node_value,
+    constant_node_values,
+    is_onnx_domain,
+    onnx_domain,
+)
 
 from . import __version__
 from . import runtime as rt
@@ -391,73 +395,13 @@ def _baked(const: np.ndarray | None) -> bool:
     return const.size <= limit
 
 
-class ProbeCache:
-    """Probe verdicts (signature -> "" for ok or the reason), thread-safe, optionally on disk."""
-
-    def __init__(self) -> None:
-        self._results: dict[str, str] = {}
-        self._lock = threading.Lock()
-        self._loaded: set[str] = set()
-        self._dirty: set[str] = set()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            return self._results.get(key)
-
-    def put(self, key: str, reason: str) -> None:
-        with self._lock:
-            self._results[key] = reason
-            self._dirty.update(self._loaded)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._results)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._results.clear()
-            self._loaded.clear()
-            self._dirty.clear()
-
-    # On disk: one JSON file per cache_dir, OpenVINO build and plugin version, so verdicts never
-    # outlive the OpenVINO (or the probe construction) that produced them.
-    def _path(self, cache_dir: str) -> str:
-        tag = hashlib.sha1(f"{rt.runtime().build} {__version__}".encode()).hexdigest()[:12]
-        return os.path.join(cache_dir, f"ort-ep-openvino-probes-{tag}.json")
-
-    def load(self, cache_dir: str) -> None:
-        if not cache_dir or cache_dir in self._loaded:
-            return
-        try:
-            with open(self._path(cache_dir), encoding="utf-8") as f:
-                saved = json.load(f).get("results", {})
-        except (OSError, ValueError):
-            saved = {}
-        with self._lock:
-            for k, v in saved.items():
-                self._results.setdefault(k, str(v))
-            self._loaded.add(cache_dir)
-
-    def save(self, cache_dir: str) -> None:
-        with self._lock:
-            if cache_dir not in self._dirty:
-                return
-            self._dirty.discard(cache_dir)
-            data = {"openvino": rt.runtime().build, "results": dict(self._results)}
-        path = self._path(cache_dir)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        except OSError:  # a cache that cannot be written only costs time
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+def probe_tag() -> str:
+    """What the probe verdicts depend on: the OpenVINO build and this plugin's version (the probes'
+    construction), so verdicts never outlive the OpenVINO that produced them."""
+    return f"{rt.runtime().build} {__version__}"
 
 
-PROBES = ProbeCache()
+PROBES = VerdictCache("ort-ep-openvino")
 
 
 def probe_reason(node: Any, ctx: Context, device: str) -> str | None:

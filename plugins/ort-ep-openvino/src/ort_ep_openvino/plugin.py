@@ -12,7 +12,7 @@ from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provid
 
 from . import __version__
 from . import runtime as rt
-from .capability import PROBES, Context, unsupported_reason
+from .capability import PROBES, Context, probe_tag, unsupported_reason
 from .kernel import compile_subgraph
 from .options import DEFAULTS, PRECISION_CAPABILITY, Options, parse
 
@@ -47,11 +47,11 @@ class OpenVINOProvider(ExecutionProvider):
         if device_problem:
             # every node gets the reason; the session falls back to the next provider for all of them
             return Capability.from_reasons(nodes, lambda node: device_problem)
-        PROBES.load(opts.cache_dir)
+        PROBES.load(opts.cache_dir, probe_tag())
         ctx, device = Context.of_view(graph), probe_device(opts)
         capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, device))
         if opts.cache_dir:
-            PROBES.save(opts.cache_dir)
+            PROBES.save(opts.cache_dir, probe_tag())
         return capability
 
     def compile_subgraph(self, subgraph):

@@ -9,15 +9,13 @@ cache folder, on disk per QNN build, SoC model and precision. Running nodes is n
 from __future__ import annotations
 
 import hashlib
-import json
-import os
 import threading
 from typing import Any
 
 import numpy as np
 import onnx
 
-from ort_core.plugins import constant_node_values, is_onnx_domain
+from ort_core.plugins import VerdictCache, constant_node_values, is_onnx_domain
 
 from . import __version__, emitter, lowering
 from .emitter import Emitter, Values
@@ -82,80 +80,7 @@ def static_reason(node: Any, values: Values) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- probes
-class ProbeCache:
-    """Probe verdicts (signature -> "" for finalized, else the reason), thread-safe, optionally on disk in
-    one JSON file per cache folder and tag (QNN build, SoC model, precision, plugin version)."""
-
-    def __init__(self) -> None:
-        self._results: dict[str, str] = {}
-        self._loaded: set[str] = set()
-        self._dirty: set[str] = set()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> str | None:
-        with self._lock:
-            return self._results.get(key)
-
-    def put(self, key: str, reason: str) -> None:
-        with self._lock:
-            self._results[key] = reason
-            self._dirty.update(self._loaded)
-
-    def __len__(self) -> int:
-        with self._lock:
-            return len(self._results)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._results.clear()
-            self._loaded.clear()
-            self._dirty.clear()
-
-    @staticmethod
-    def path(folder: str, tag: str) -> str:
-        return os.path.join(folder, f"ort-ep-qnn-probes-{hashlib.sha1(tag.encode()).hexdigest()[:12]}.json")
-
-    def load(self, folder: str, tag: str) -> None:
-        if not folder:
-            return
-        path = self.path(folder, tag)
-        with self._lock:
-            if path in self._loaded:
-                return
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-            results = saved.get("results", {}) if saved.get("tag") == tag else {}
-        except (OSError, ValueError, AttributeError):
-            results = {}
-        with self._lock:
-            for k, v in results.items():
-                self._results.setdefault(k, str(v))
-            self._loaded.add(path)
-
-    def save(self, folder: str, tag: str) -> None:
-        if not folder:
-            return
-        path = self.path(folder, tag)
-        with self._lock:
-            if path not in self._dirty:
-                return
-            self._dirty.discard(path)
-            data = {"tag": tag, "results": dict(self._results)}
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(folder, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
-        except OSError:  # a cache that cannot be written only costs probes
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
-
-
-PROBES = ProbeCache()
+PROBES = VerdictCache("ort-ep-qnn")  # probe verdicts, per QNN build, SoC model, precision and plugin version
 
 
 def _rules_digest() -> str:

@@ -1,0 +1,91 @@
+"""Probe verdicts a plugin remembers: whether its vendor library compiles a one-node graph of a given
+signature ("" for yes, else the reason), in memory and, when the plugin has a cache folder, in one JSON
+file per folder and tag (the tag names what the verdicts depend on: the vendor build, the device model,
+the plugin's version), so that a later process does not probe again. Thread-safe; a file that cannot be
+read or written only costs probes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+
+
+class VerdictCache:
+    """signature -> verdict ("" or the reason); ``prefix`` names the files (``<prefix>-probes-<tag hash>.json``)."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self._results: dict[str, str] = {}
+        self._loaded: set[str] = set()
+        self._dirty: set[str] = set()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> str | None:
+        with self._lock:
+            return self._results.get(key)
+
+    def put(self, key: str, reason: str) -> None:
+        with self._lock:
+            self._results[key] = reason
+            self._dirty.update(self._loaded)
+
+    def keys(self) -> list[str]:
+        with self._lock:
+            return list(self._results)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._results)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._results.clear()
+            self._loaded.clear()
+            self._dirty.clear()
+
+    def path(self, folder: str, tag: str) -> str:
+        return os.path.join(folder, f"{self.prefix}-probes-{hashlib.sha1(tag.encode()).hexdigest()[:12]}.json")
+
+    def load(self, folder: str, tag: str) -> None:
+        """Add the verdicts saved in ``folder`` under ``tag`` (once per file); no folder: memory only."""
+        if not folder:
+            return
+        path = self.path(folder, tag)
+        with self._lock:
+            if path in self._loaded:
+                return
+        try:
+            with open(path, encoding="utf-8") as f:
+                saved = json.load(f)
+            results = saved.get("results", {}) if saved.get("tag") == tag else {}
+        except (OSError, ValueError, AttributeError):
+            results = {}
+        with self._lock:
+            for k, v in results.items():
+                self._results.setdefault(k, str(v))
+            self._loaded.add(path)
+
+    def save(self, folder: str, tag: str) -> None:
+        """Write the verdicts back when some were added since that file was loaded (atomically)."""
+        if not folder:
+            return
+        path = self.path(folder, tag)
+        with self._lock:
+            if path not in self._dirty:
+                return
+            self._dirty.discard(path)
+            data = {"tag": tag, "results": dict(self._results)}
+        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                json.dump(data, f)
+            os.replace(tmp, path)
+        except OSError:
+            try:
+                os.remove(tmp)
+            except OSError:
+                pass
