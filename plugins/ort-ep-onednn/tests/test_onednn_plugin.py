@@ -320,3 +320,15 @@ def test_overridden_weights_are_read_at_run_time():
     np.testing.assert_allclose(sess.run(None, {"x": x, "w": w2})[0], cpu.run(None, {"x": x, "w": w2})[0],
                                rtol=1e-5, atol=1e-5)
     assert not np.allclose(sess.run(None, {"x": x, "w": w2})[0], sess.run(None, {"x": x})[0])
+
+
+@pytest.mark.parametrize("op", ["ReduceMean", "ReduceSum"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_over_length_one_axes_is_the_input_itself(op, keepdims):
+    """oneDNN refuses a reduction whose source and destination shapes agree (silero VAD's ReduceMean of a
+    [1, 1] value over axis 1): every reduced axis of length 1 gives x itself, reshaped."""
+    axes = numpy_helper.from_array(np.array([1], np.int64), "axes")
+    model = make_model([helper.make_node(op, ["x", "axes"], ["y"], keepdims=keepdims),
+                        helper.make_node("Relu", ["y"], ["z"])],
+                       [vi("x", [3, 1, 4])], [helper.make_tensor_value_info("z", F32, None)], [axes], opset=18)
+    compare(model, {"x": RNG.standard_normal((3, 1, 4)).astype(np.float32)})

@@ -599,11 +599,14 @@ class Builder(ConvOps, MatmulOps):
         if r == 0 or 0 in x.shape or any(not 0 <= a < r for a in axes):
             raise Unsupported(f"{node.op_type} of a 0-d or empty tensor, or axes out of range")
         kept = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+        shape = kept if node.attr("keepdims", 1) else tuple(d for i, d in enumerate(x.shape) if i not in axes)
+        if kept == tuple(x.shape):  # every reduced axis has length 1: the mean or sum is x itself, and
+            self._reinterpret(node, shape)  # oneDNN refuses a reduction whose source and destination agree
+            return
         src = self.plain(x, node.op_type)
         pd = P.reduction(self.lib, REDUCE_OPS[node.op_type], src.md, P.plain_md(self.lib, kept), self._attr())
         dst = self._new(P.plain_md(self.lib, kept))
         self._step(pd, [(E.ARG_SRC, src), (E.ARG_DST, dst)], node.label)
-        shape = kept if node.attr("keepdims", 1) else tuple(d for i, d in enumerate(x.shape) if i not in axes)
         self._set(node.outputs[0], Val(shape, self.alias(dst, shape)))
 
     _op_ReduceMean = _op_ReduceSum = _op_reduce
