@@ -418,3 +418,36 @@ def test_fused_ops_must_be_named_with_their_domain(picky):
     with pytest.warns(ort.OrtWarning, match="fused_ops must hold 'domain::op_type'"):
         sess = ort.InferenceSession(gemm_relu_model(), providers=[(PICKY, {"fused_ops": "FusedGemm"})])
     assert sess.get_providers() == ["CPUExecutionProvider"]
+
+
+def if_reading_outer_weights_model(overridable: bool):
+    """y = If(c, then: x * w, else: x + w) with w an initializer of the main graph (fed when overridable)."""
+    out = helper.make_tensor_value_info("r", TensorProto.FLOAT, [3])
+    then = helper.make_graph([helper.make_node("Mul", ["x", "w"], ["r"])], "then", [], [out])
+    other = helper.make_graph([helper.make_node("Add", ["x", "w"], ["r"])], "else", [], [out])
+    w = numpy_helper.from_array(np.array([1.0, -2.0, 3.0], np.float32), "w")
+    inputs = [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+              helper.make_tensor_value_info("x", TensorProto.FLOAT, [3])]
+    if overridable:
+        inputs.append(helper.make_tensor_value_info("w", TensorProto.FLOAT, [3]))
+    return make_model([helper.make_node("If", ["c"], ["y"], then_branch=then, else_branch=other)], inputs,
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3])], [w])
+
+
+@pytest.mark.parametrize("overridable", [False, True])
+def test_a_body_gets_the_enclosing_graphs_constants_as_constants(picky, overridable):
+    """A provider compiling a graph body receives the main graph's weights it reads among its constants
+    (to bake in: without it OpenVINO failed on silero VAD's If branch); an initializer a feed may override
+    is an input only."""
+    with pytest.warns(ort.OrtWarning):
+        sess = ort.InferenceSession(if_reading_outer_weights_model(overridable), providers=[PICKY])
+    x = np.array([0.5, 1.0, 2.0], np.float32)
+    w = np.array([1.0, -2.0, 3.0], np.float32)
+    np.testing.assert_allclose(sess.run(None, {"c": np.array(True), "x": x})[0], x * w)
+    np.testing.assert_allclose(sess.run(None, {"c": np.array(False), "x": x})[0], x + w)
+    subgraphs = [e for e in picky.EVENTS if e[0] == "subgraph"]
+    assert len(subgraphs) == 2
+    for _, inputs, constants in subgraphs:
+        assert "w" in inputs and ("w" in constants) is not overridable
+    if overridable:
+        np.testing.assert_allclose(sess.run(None, {"c": np.array(True), "x": x, "w": 2 * w})[0], x * 2 * w)

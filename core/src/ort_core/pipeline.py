@@ -179,6 +179,11 @@ class BodyPlanner:
         if missing:
             raise KernelError(f"{label}: reads '{missing[0]}', which neither the subgraph nor an enclosing "
                               "graph defines")
+        constants = enclosing_constants(graph, reads)
+        if constants:  # providers see them as constants (a weight to bake in), not as run-time inputs
+            graph = graph.copy()
+            graph.initializers.update(constants)
+            reads = [n for n in reads if n not in constants]
         try:
             part, kernels = place(graph, self.where.for_body())
             plan, outputs = build_plan(graph, placed_kernels(part, kernels, self.where.instances),
@@ -188,6 +193,23 @@ class BodyPlanner:
         self.placements.append((label, [(p, tuple(n.name or n.op_type for n in sub.nodes))
                                         for p, sub in part.subgraphs]))
         return PlannedBody(graph, label, plan, reads, outer_index, [outputs[v.name] for v in graph.outputs])
+
+
+def enclosing_constants(graph: Graph, names: Sequence[str]) -> dict[str, Any]:
+    """Of the outer-scope ``names`` a body reads, those that the nearest enclosing scope defining them holds
+    as a constant initializer (not overridable by a feed), with their values."""
+    found: dict[str, Any] = {}
+    for name in names:
+        g = graph.parent
+        while g is not None:
+            if name in g.initializers:
+                if name not in {v.name for v in g.inputs}:
+                    found[name] = g.initializers[name]
+                break
+            if name in {v.name for v in g.inputs} or any(name in n.outputs for n in g.nodes):
+                break  # a value computed or fed in that scope
+            g = g.parent
+    return found
 
 
 class PlannedBody:
