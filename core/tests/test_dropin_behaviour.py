@@ -234,3 +234,176 @@ def test_the_profile_file_is_named_and_laid_out_as_onnxruntimes(rt, tmp_path, mo
     assert relu["cat"] == "Node" and relu["args"]["op_name"] == "Relu"
     assert relu["args"]["provider"] == "CPUExecutionProvider" and relu["args"]["output_type_shape"] == [{"float": [2]}]
     assert {"session_initialization", "model_run"} <= {e["name"] for e in events if e["cat"] == "Session"}
+
+
+def _run_async_and_wait(sess, output_names, feed, user_data):
+    import threading
+
+    done, calls = threading.Event(), []
+
+    def callback(outputs, data, err):
+        calls.append((outputs, data, err, threading.current_thread() is threading.main_thread()))
+        done.set()
+
+    assert sess.run_async(output_names, feed, callback, user_data) is None
+    assert done.wait(10), "the callback was not called"
+    return calls[0]
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_run_async_calls_back_with_outputs_user_data_and_an_empty_message(rt):
+    outputs, data, err, on_main = _run_async_and_wait(_session(rt), None, {"x": np.array([-1, 0, 2], np.float32)},
+                                                      "mine")
+    assert data == "mine" and err == "" and not on_main
+    assert isinstance(outputs, list) and [o.tolist() for o in outputs] == [[0, 0, 2], [1, 0, -2]]
+    (n,), _, err, _ = _run_async_and_wait(_session(rt), ["n"], {"x": [1.0, 2.0, 3.0]}, None)
+    assert err == "" and n.tolist() == [-1, -2, -3]
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("output_names, feed, words", [
+    (None, {"x": np.ones(4, np.float32)}, "(?i)dimension"),
+    (None, {"x": np.ones(3, np.float64)}, "(?i)type"),
+    (["nope"], {"x": np.ones(3, np.float32)}, "nope"),
+], ids=["bad-shape", "bad-dtype", "bad-output-name"])
+def test_run_async_reports_a_failed_run_to_the_callback(rt, output_names, feed, words):
+    import re
+
+    outputs, data, err, _ = _run_async_and_wait(_session(rt), output_names, feed, 7)
+    assert outputs == [] and data == 7 and re.search(words, err)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_run_async_raises_at_once_for_a_missing_input(rt):
+    with pytest.raises(ValueError, match=r"Required inputs \(\['x'\]\) are missing"):
+        _session(rt).run_async(None, {}, lambda *args: None, None)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_run_async_runs_beside_other_runs_of_the_session(rt):
+    import threading
+
+    sess, done, results = _session(rt), threading.Semaphore(0), {}
+
+    def callback(outputs, k, err):
+        results[k] = (outputs, err)
+        done.release()
+
+    for k in range(16):
+        sess.run_async(["n"], {"x": np.full(3, k, np.float32)}, callback, k)
+        assert sess.run(["r"], {"x": np.full(3, -k, np.float32)})[0].tolist() == [0, 0, 0]
+    for _ in range(16):
+        assert done.acquire(timeout=10)
+    assert {k: (o[0].tolist(), e) for k, (o, e) in results.items()} == {k: ([-k] * 3, "") for k in range(16)}
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_memory_infos_of_a_cpu_session_say_cpu(rt):
+    sess = _session(rt)
+    (info,) = sess.get_input_memory_infos()
+    assert (info.name, info.device_id) == ("Cpu", 0)
+    assert [(i.name, i.device_id) for i in sess.get_output_memory_infos()] == [("Cpu", 0)] * 2
+
+
+def _weighted_model():
+    vi = helper.make_tensor_value_info
+    return make_model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", TensorProto.FLOAT, [3])],
+                      [vi("y", TensorProto.FLOAT, [3])],
+                      initializers=[helper.make_tensor("w", TensorProto.FLOAT, [3], [1, 2, 3])]).SerializeToString()
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_add_initializer_replaces_the_models_initializer(rt):
+    so = rt.SessionOptions()
+    weights = np.array([10, 20, 30], np.float32)
+    value = rt.OrtValue.ortvalue_from_numpy(weights)  # onnxruntime needs it alive as long as the session
+    so.add_initializer("w", value)
+    weights[0] = 5  # before the session is made: both runtimes read it
+    sess = rt.InferenceSession(_weighted_model(), so, providers=["CPUExecutionProvider"])
+    assert sess.run(None, {"x": np.zeros(3, np.float32)})[0].tolist() == [5, 20, 30]
+    with pytest.raises(Exception, match="already been added"):
+        so.add_initializer("w", value)
+    with pytest.raises(Exception, match="must be an OrtValue"):
+        rt.SessionOptions().add_initializer("w", np.ones(3, np.float32))
+
+
+def test_ort_core_copies_an_added_initializer_when_the_session_is_made():
+    """onnxruntime reads the OrtValue's memory for the session's lifetime; ort-core takes a copy, so later
+    writes do not reach the session (and folding or fusing can never see a half-changed weight)."""
+    weights = np.array([10, 20, 30], np.float32)
+    so = ort_core.SessionOptions()
+    so.add_initializer("w", ort_core.OrtValue.ortvalue_from_numpy(weights))
+    sess = ort_core.InferenceSession(_weighted_model(), so)
+    weights[:] = 0
+    assert sess.run(None, {"x": np.zeros(3, np.float32)})[0].tolist() == [10, 20, 30]
+
+
+@pytest.mark.parametrize("name, value, words", [
+    ("nope", np.ones(3, np.float32), "no initializer 'nope'"),
+    ("w", np.ones(3, np.float64), r"given float64 \[3\], the model's initializer is float32 \[3\]"),
+    ("w", np.ones(4, np.float32), r"given float32 \[4\]"),
+], ids=["unknown-name", "dtype", "shape"])
+def test_ort_core_refuses_an_added_initializer_that_does_not_fit(name, value, words):
+    """onnxruntime ignores an unknown name, reinterprets the bytes of another dtype and fails in the run on
+    another shape; ort-core refuses each when the session is made, naming the initializer."""
+    so = ort_core.SessionOptions()
+    so.add_initializer(name, ort_core.OrtValue.ortvalue_from_numpy(value))
+    with pytest.raises(ort_core.InvalidArgument, match=words):
+        ort_core.InferenceSession(_weighted_model(), so)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_ortvalue_size_in_bytes_and_array_protocol(rt):
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    value = rt.OrtValue.ortvalue_from_numpy(x)
+    assert value.tensor_size_in_bytes() == 24
+    assert rt.OrtValue.ortvalue_from_numpy(np.ones((0, 3), np.bool_)).tensor_size_in_bytes() == 0
+    assert np.shares_memory(np.asarray(value), x) and np.asarray(value).dtype == np.float32
+    assert np.asarray(value, dtype=np.float64).tolist() == x.tolist()
+    assert not np.shares_memory(np.array(value, copy=True), x)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+def test_ortvalue_from_numpy_with_onnx_type_reinterprets_the_items(rt):
+    bits = np.array([[0x3F80, 0x4000]], np.uint16)  # bfloat16 1.0 and 2.0
+    value = rt.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, TensorProto.BFLOAT16)
+    assert (value.data_type(), value.element_type(), value.shape()) == ("tensor(bfloat16)", 16, [1, 2])
+    assert value.tensor_size_in_bytes() == 4
+    with pytest.raises(Exception, match="(?i)size"):
+        rt.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ones(2, np.float32), TensorProto.BFLOAT16)
+    with pytest.raises(Exception, match="(?i)valid ONNX|ONNX element type"):
+        rt.OrtValue.ortvalue_from_numpy_with_onnx_type(np.ones(2, np.float32), 999)
+
+
+@pytest.mark.parametrize("rt", RUNTIMES)
+@pytest.mark.parametrize("feed, expected", [
+    (["a", "bé"], ["a", "bé"]),
+    (np.array(["a", "bé"]), ["a", "bé"]),
+    (np.array([b"a\x00b", b"cde"], dtype="V3"), ["a\x00b", "cde"]),  # raw items: their bytes as UTF-8
+], ids=["list-of-str", "numpy-str", "numpy-void"])
+def test_string_feeds_become_str_items(rt, feed, expected):
+    sess = rt.InferenceSession(_identity_model(TensorProto.STRING, [2]), providers=["CPUExecutionProvider"])
+    (y,) = sess.run(None, {"x": feed})
+    assert y.dtype == object and y.tolist() == expected and all(type(s) is str for s in y)
+
+
+@pytest.mark.parametrize("feed", [[b"a", b"b\xc3\xa9"], np.array([b"a", b"b\xc3\xa9"]),
+                                  np.array([b"a", b"b\xc3\xa9"], dtype=object)], ids=["list", "numpy-S", "object"])
+def test_ort_core_decodes_bytes_fed_for_a_string_input(feed):
+    """onnxruntime turns a bytes item into its repr text ("b'a'") and fails on most 'S' arrays; ort-core
+    decodes bytes as UTF-8."""
+    sess = ort_core.InferenceSession(_identity_model(TensorProto.STRING, [2]))
+    assert sess.run(None, {"x": feed})[0].tolist() == ["a", "bé"]
+
+
+@pytest.mark.parametrize("feed, words", [
+    (["a", 1], "element 1 of a tensor\\(string\\) feed is a int"),
+    (["a", None], "element 1 of a tensor\\(string\\) feed is a NoneType"),
+    ([b"\xff", b"a"], "string element 0 is not valid UTF-8"),
+    (np.array([1, 2]), "expected tensor\\(string\\), got an array of int64"),
+], ids=["int", "none", "bad-utf8", "int-array"])
+def test_ort_core_refuses_string_feeds_of_other_items(feed, words):
+    """onnxruntime feeds str(item) for a number or None ('1', 'None'); ort-core refuses, naming the input."""
+    sess = ort_core.InferenceSession(_identity_model(TensorProto.STRING, [2]))
+    with pytest.raises(ort_core.InvalidArgument, match="input 'x': " + words):
+        sess.run(None, {"x": feed})

@@ -270,3 +270,20 @@ def test_arena_is_thread_safe():
     assert not errors, errors[:3]
     stats = arena.stats()
     assert stats["hits"] > 0 and stats["hits"] + stats["misses"] == 8 * 300
+
+
+def test_ortvalue_from_numpy_with_onnx_type_views_the_array_as_that_type():
+    bits = np.array([0x3F80, 0x4000], np.uint16)
+    value = ort.OrtValue.ortvalue_from_numpy_with_onnx_type(bits, TensorProto.BFLOAT16)
+    assert value.numpy().dtype == ml_dtypes.bfloat16 and value.numpy().tolist() == [1.0, 2.0]
+    bits[0] = 0x4040  # aliased, as ortvalue_from_numpy aliases
+    assert value.numpy()[0] == 3.0
+    with pytest.raises(ort.InvalidArgument, match="string tensors"):
+        ort.OrtValue.ortvalue_from_numpy_with_onnx_type(np.array(["a"], object), TensorProto.STRING)
+    with pytest.raises(ort.InvalidArgument, match="numpy array"):
+        ort.OrtValue.ortvalue_from_numpy_with_onnx_type([1, 2], TensorProto.FLOAT)
+
+
+def test_tensor_size_in_bytes_of_a_string_tensor_is_refused():
+    with pytest.raises(ort.InvalidArgument, match="string tensor"):
+        ort.OrtValue.ortvalue_from_numpy(np.array(["a"], object)).tensor_size_in_bytes()

@@ -14,6 +14,7 @@ import numpy as np
 from .errors import InvalidArgument, InvalidGraph
 from .ir.graph import Model, ValueInfo
 from .ir.types import ValueType, elem_type_of, np_dtype
+from .memory.device import Device
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,21 @@ class NodeArg:
 
     def __str__(self) -> str:
         return f"NodeArg(name='{self.name}', type='{self.type}', shape={self.shape})"
+
+
+@dataclass(frozen=True)
+class MemoryInfo:
+    """Where a session input or output lives (what onnxruntime's OrtMemoryInfo says): ``name`` is "Cpu" for
+    host memory (onnxruntime's name) and the device type otherwise ('cuda', 'example', ...), ``device_id`` its
+    ordinal, ``device`` the ort_core.memory.Device itself."""
+
+    name: str
+    device_id: int
+    device: Device
+
+    @staticmethod
+    def of(device: Device) -> MemoryInfo:
+        return MemoryInfo("Cpu" if device.is_host else device.type, device.id, device)
 
 
 @dataclass(frozen=True)
@@ -87,9 +103,7 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
     if expected is None:
         return value  # the model leaves the element type undefined: kernels check what they get
     if expected.kind == "O":
-        if value.dtype.kind not in "OUS":
-            raise InvalidArgument(f"input '{arg.name}': expected {arg.type}, got an array of {value.dtype}")
-        value = value.astype(object)
+        value = _strings(arg, value)
     elif value.dtype != expected:
         given = elem_type_of(value.dtype)
         given_text = f"tensor({_name(given)})" if given else f"numpy {value.dtype}"
@@ -106,6 +120,32 @@ def check_feed(arg: NodeArg, value: Any) -> Any:
             raise InvalidArgument(f"input '{arg.name}': invalid dimensions {list(value.shape)} "
                                   f"for expected shape {list(t.shape)} ({detail})")
     return value
+
+
+def _strings(arg: NodeArg, value: np.ndarray) -> np.ndarray:
+    """A feed for a tensor(string) input as an object array of str. numpy str arrays convert as they are;
+    bytes ('S' arrays, bytes items) and raw items (np.void, as onnxruntime reads them) are decoded as UTF-8.
+    Other items (numbers, None), which onnxruntime turns into their str() text, are refused."""
+    kind = value.dtype.kind
+    if kind == "U":
+        return value.astype(object)
+    if kind not in "OSV":
+        raise InvalidArgument(f"input '{arg.name}': expected {arg.type}, got an array of {value.dtype}")
+    out = np.empty(value.shape, dtype=object)
+    flat, items = out.reshape(-1), value.reshape(-1)
+    for i, item in enumerate(items):
+        if kind == "V":
+            item = bytes(item)
+        if isinstance(item, (bytes, np.bytes_)):
+            try:
+                item = bytes(item).decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise InvalidArgument(f"input '{arg.name}': string element {i} is not valid UTF-8 ({e})") from None
+        elif not isinstance(item, str):
+            raise InvalidArgument(f"input '{arg.name}': element {i} of a {arg.type} feed is a "
+                                  f"{type(item).__name__}, not a str (convert it first)")
+        flat[i] = item
+    return out
 
 
 def _name(elem_type: int) -> str:

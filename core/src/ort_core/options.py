@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from .customops.registry import CustomOpRegistry
-from .errors import warn
+from .errors import InvalidArgument, warn
 from .ir.dimensions import check_override
 
 
@@ -55,7 +55,7 @@ class SessionOptions:
                  "inter_op_num_threads", "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
                  "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads",
                  "enable_profiling", "profile_file_prefix", "optimized_model_filepath", "_config",
-                 "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops")
+                 "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops", "_initializers")
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -78,6 +78,7 @@ class SessionOptions:
         self._free_dims_by_name: dict[str, int] = {}
         self._free_dims_by_denotation: dict[str, int] = {}
         self._custom_ops = CustomOpRegistry()
+        self._initializers: dict[str, Any] = {}
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)
@@ -96,6 +97,28 @@ class SessionOptions:
         """Fix every dimension denoted ``dim_denotation`` (such as "DATA_BATCH") to ``dim_value``."""
         denotation, size = check_override("denotation", dim_denotation, dim_value)
         self._free_dims_by_denotation[denotation] = size
+
+    def add_initializer(self, name: str, ortvalue: Any) -> None:
+        """Replace the model's initializer ``name`` with the tensor held by ``ortvalue`` (an ort_core.OrtValue of
+        the initializer's element type and shape) in sessions made with these options.
+
+        Each session takes a host copy of the value when it is made: later writes to the OrtValue or its array
+        do not reach a session (onnxruntime reads the OrtValue's memory for the session's lifetime instead, so
+        there it must outlive the session). A name the model has no initializer for is refused when the session
+        is made (onnxruntime ignores it); adding one name twice is refused here, as in onnxruntime."""
+        from .ortvalue import OrtValue  # options stand below the value types
+
+        if not isinstance(name, str) or not name:
+            raise InvalidArgument(f"add_initializer: name must be a non-empty string, got {name!r}")
+        if not isinstance(ortvalue, OrtValue):
+            raise InvalidArgument(f"add_initializer('{name}'): the value must be an OrtValue "
+                                  f"(ort_core.OrtValue.ortvalue_from_numpy(array)), got {type(ortvalue).__name__}")
+        if not ortvalue.is_tensor():
+            raise InvalidArgument(f"add_initializer('{name}'): the OrtValue must hold a tensor, not "
+                                  f"{type(ortvalue.value).__name__}")
+        if name in self._initializers:
+            raise InvalidArgument(f"add_initializer: an OrtValue for '{name}' has already been added")
+        self._initializers[name] = ortvalue
 
     def register_custom_op(self, *ops: Any) -> None:
         """Register custom ops (``ort_core.custom_op`` / ``ort_core.CustomOp``) for sessions using these

@@ -51,6 +51,28 @@ class OrtValue:
         return OrtValue(copier(HOST, device)(arr), device)
 
     @staticmethod
+    def ortvalue_from_numpy_with_onnx_type(data: Any, onnx_element_type: int) -> OrtValue:
+        """A host OrtValue of ONNX element type ``onnx_element_type`` over the bytes of ``data``, a numpy array
+        whose items have that type's size (uint16 for bfloat16, uint8 for float8 types): the array is
+        reinterpreted, not converted, and aliased as ortvalue_from_numpy aliases it."""
+        if not isinstance(data, np.ndarray):
+            raise InvalidArgument(f"ortvalue_from_numpy_with_onnx_type: data must be a numpy array, "
+                                  f"got {type(data).__name__}")
+        if isinstance(onnx_element_type, bool) or not isinstance(onnx_element_type, (int, np.integer)):
+            raise InvalidArgument(f"onnx_element_type must be an ONNX element type number (onnx.TensorProto), "
+                                  f"got {onnx_element_type!r}")
+        dtype = to_dtype(int(onnx_element_type))
+        if data.dtype.kind in "OUS" or dtype.kind in "OUS":
+            raise InvalidArgument("ortvalue_from_numpy_with_onnx_type reinterprets fixed-size items; string "
+                                  "tensors go through ortvalue_from_numpy")
+        if data.dtype.itemsize != dtype.itemsize:
+            raise InvalidArgument(f"ortvalue_from_numpy_with_onnx_type: item size {data.dtype.itemsize} of "
+                                  f"{data.dtype} differs from the {dtype.itemsize} byte(s) of ONNX type "
+                                  f"{elem_type_name(int(onnx_element_type))}")
+        arr = data if data.flags.c_contiguous else data.copy(order="C")
+        return OrtValue(arr.view(dtype), HOST)
+
+    @staticmethod
     def ortvalue_from_shape_and_type(shape: Sequence[int], element_type: Any, device_type: str = "cpu",
                                      device_id: int = 0) -> OrtValue:
         """A tensor of ``shape`` and ``element_type`` (a numpy dtype or type, or an ONNX element type
@@ -105,6 +127,17 @@ class OrtValue:
             raise InvalidArgument(f"dtype {self._value.dtype} has no ONNX element type")
         return code
 
+    def tensor_size_in_bytes(self) -> int:
+        """Bytes the tensor's data takes (element count times item size), on whichever device it lives."""
+        self._need_tensor("tensor_size_in_bytes")
+        dtype = np.dtype(self._value.dtype)
+        if dtype.kind in "OUS":
+            raise InvalidArgument("tensor_size_in_bytes() of a string tensor: its strings have no fixed size")
+        count = 1
+        for d in self._value.shape:
+            count *= int(d)
+        return count * dtype.itemsize
+
     def device_name(self) -> str:
         """The device type: 'cpu', or what the provider declares ('cuda', 'example', ...)."""
         return self._device.type
@@ -139,6 +172,15 @@ class OrtValue:
             return self._value.ptr
         raise NotImplementedOp(f"data_ptr() of a value on {self._device}: its provider keeps values of its own "
                                f"type ({type(self._value).__name__}), not ort_core.memory.DeviceTensor")
+
+    def __array__(self, dtype: Any = None, copy: bool | None = None) -> np.ndarray:
+        """numpy's array protocol, so that ``np.asarray(ortvalue)`` and ``np.array(ortvalue)`` work: the held
+        array itself on the host (no copy unless ``dtype`` or ``copy`` asks for one), a host copy otherwise."""
+        self._need_tensor("__array__")
+        arr = self.numpy()
+        if copy is not None:
+            return np.array(arr, dtype=dtype, copy=copy)
+        return arr if dtype is None else np.asarray(arr, dtype=dtype)
 
     # ----------------------------------------------------------------- updating
     def update_inplace(self, np_arr: Any) -> None:

@@ -8,6 +8,7 @@ plugin plumbing live in their own packages.
 from __future__ import annotations
 
 import os
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -29,7 +30,7 @@ from .errors import (
     severity,
     warn,
 )
-from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
+from .io_types import MemoryInfo, ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .iobinding import IOBinding, checked_input
 from .ir import Model, load_model, save_model
 from .ir.dimensions import override_free_dimensions
@@ -122,6 +123,7 @@ class InferenceSession:
         registry = get_registry()
         self._model: Model = load_model(path_or_bytes, _external_folder(path_or_bytes, config), inference,
                                         max_tensor_bytes=self._max_tensor_bytes)
+        _override_initializers(self._model, self._sess_options._initializers)
         # session registrations first, then global ones; a snapshot taken now
         self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
         # refuses malformed graphs (cycles, values defined twice or never, unknown domains and
@@ -256,6 +258,32 @@ class InferenceSession:
         self._check_computed(names, results)
         return results
 
+    def run_async(self, output_names: Sequence[str] | None, input_feed: dict[str, Any], callback: Any,
+                  user_data: Any, run_options: RunOptions | None = None) -> None:
+        """run() on a worker thread; returns at once and the thread then calls ``callback(outputs, user_data,
+        err_message)``, as onnxruntime does: ``(list of arrays, user_data, "")`` on success, ``([], user_data,
+        message)`` when the run fails (a bad feed or output name included). Missing inputs raise here, before
+        the thread starts. Other runs of the session may go on at the same time. An exception raised by the
+        callback is reported through ``threading.excepthook``."""
+        if not callable(callback):
+            raise InvalidArgument(f"run_async: callback must be callable as callback(outputs, user_data, "
+                                  f"err_message), got {type(callback).__name__}")
+        if not isinstance(input_feed, dict):
+            raise InvalidArgument(f"input_feed must be a dict of input name -> array, "
+                                  f"got {type(input_feed).__name__}")
+        self._check_all_fed(input_feed)
+        feed = dict(input_feed)  # the caller may change its dict while the run goes on
+
+        def work() -> None:
+            try:
+                outputs = self.run(output_names, feed, run_options)
+            except Exception as e:  # noqa: BLE001 - every failure reaches the callback, never a silent thread
+                callback([], user_data, str(e) if isinstance(e, OrtError) else f"{type(e).__name__}: {e}")
+                return
+            callback(outputs, user_data, "")
+
+        threading.Thread(target=work, name="ort_core.run_async", daemon=True).start()
+
     def _feedable_arg(self, name: str) -> NodeArg:
         arg = self._feedable.get(name)
         if arg is None:
@@ -291,6 +319,22 @@ class InferenceSession:
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         return list(self._overridable)
+
+    def get_input_memory_infos(self) -> list[MemoryInfo]:
+        """Where each input of get_inputs() is read: the device of the provider whose nodes take it (the first
+        such device when several do), host memory ("Cpu") when only host providers read it. An input bound
+        there with IOBinding reaches its consumers without a copy."""
+        devices = {}
+        for (name, device) in self._plan.slots:
+            if not device.is_host:
+                devices.setdefault(name, device)
+        return [MemoryInfo.of(devices.get(a.name, HOST)) for a in self._inputs]
+
+    def get_output_memory_infos(self) -> list[MemoryInfo]:
+        """Where each output of get_outputs() is produced: the device of the provider computing it, host
+        memory ("Cpu") for the CPU provider. run() copies outputs to the host; an output bound on this device
+        with IOBinding is handed over without a copy."""
+        return [MemoryInfo.of(self._plan.location.get(v.name, HOST)) for v in self._model.graph.outputs]
 
     def get_modelmeta(self) -> ModelMetadata:
         return ModelMetadata.from_model(self._model)
@@ -398,6 +442,24 @@ def _external_folder(source: Any, config: dict[str, str]) -> str | None:
     if isinstance(source, (str, os.PathLike)):
         return None
     return config.get(EXTERNAL_FOLDER_KEY) or None
+
+
+def _override_initializers(model: Model, given: dict[str, OrtValue]) -> None:
+    """SessionOptions.add_initializer: each value replaces the model's initializer of that name, as a read-only
+    host copy taken now (later writes to the OrtValue do not reach the session). The element type and shape
+    must be the initializer's: onnxruntime would reinterpret the bytes of another type."""
+    inits = model.graph.initializers
+    for name, ortvalue in given.items():
+        if name not in inits:
+            raise InvalidArgument(f"SessionOptions.add_initializer: the model has no initializer '{name}' "
+                                  f"(its initializers: {sorted(inits)[:20]})")
+        old = inits[name]
+        value = np.array(ortvalue.numpy(), copy=True)
+        if value.dtype != old.dtype or value.shape != old.shape:
+            raise InvalidArgument(f"SessionOptions.add_initializer('{name}'): given {value.dtype} "
+                                  f"{list(value.shape)}, the model's initializer is {old.dtype} {list(old.shape)}")
+        value.flags.writeable = False
+        inits[name] = value
 
 
 def _optimize(model: Model, level: int, evaluate, keep_qdq: bool = False) -> dict[str, int]:
