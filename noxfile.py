@@ -9,6 +9,7 @@
     python3 -m nox -s conformance      # certify every installed provider (-- --provider NAME for one)
     python3 -m nox -s fuzz             # fuzz models and feeds (-- --examples N per test, --seed S)
     python3 -m nox -s wheels           # every distribution (core, conformance, plugins) into ./wheelhouse
+    python3 -m nox -s docs             # the plugin API reference (HTML from the docstrings) into docs/api/
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ OPENVINO = "plugins/ort-ep-openvino"
 ONEDNN = "plugins/ort-ep-onednn"
 REPORTS = "reports"
 WHEELHOUSE = "wheelhouse"
+API_DOCS = "docs/api"
 
 
 def _take(args: list[str], flag: str, default: str | None = None) -> str | None:
@@ -180,3 +182,34 @@ def wheels(session: nox.Session) -> None:
     session.install("pip", "setuptools>=68", "wheel")
     dirs = [f"./{d}" for d in (CORE, CONFORMANCE, *PLUGINS)]  # "./": a folder, not a name on the index
     session.run("pip", "wheel", "--no-deps", "-w", WHEELHOUSE, *dirs)
+
+
+@nox.session
+def docs(session: nox.Session) -> None:
+    """The API reference of everything a provider plugin touches, as HTML in docs/api/ (open index.html).
+
+    Generated from the docstrings and type hints by pdoc: it imports the modules and reads them as they
+    are, with no configuration file, no .rst stubs and no extensions to keep in step with the code (the
+    reference cannot drift from what a plugin imports), and it is one small pure-Python install. Sphinx
+    autodoc would need a conf.py and a stub per module for the same pages, and its strength (cross-
+    project manuals, many output formats) is not needed here: the guides are Markdown beside the code
+    (docs/first-plugin.md, docs/architecture.md). The docstrings use reST's ``literal`` spelling,
+    which pdoc's restructuredtext format renders.
+
+    Modules: ``ort_core.plugins`` (hooks, provider object, kernels and their context, graph view,
+    capability, fused subgraphs, provider info, compiled-artifact helpers; not the registry internals
+    of ``plugins.manager``), ``ort_core.memory`` (devices, device tensors, streams and events,
+    allocators, data transfer), the IR a graph view hands out (``ort_core.ir.graph``: Graph, Node,
+    ValueInfo; ``ort_core.ir.types``: ValueType), the errors (``ort_core.errors``), custom ops
+    (``ort_core.customops``) and ort-conformance's ``unavailable`` check for a plugin's own tests.
+    """
+    session.install("-e", CORE, "-e", CONFORMANCE, "pdoc>=14")
+    # a package's __all__ hides its submodules from pdoc, so they are named one by one
+    plugins = ["hookspecs", "provider", "kernel", "types", "context", "loading", "verdicts", "host"]
+    memory = ["device", "tensor", "stream", "protocols", "host", "arena"]
+    modules = ["ort_core.plugins", *[f"ort_core.plugins.{m}" for m in plugins],
+               "ort_core.memory", *[f"ort_core.memory.{m}" for m in memory],
+               "ort_core.ir.graph", "ort_core.ir.types", "ort_core.errors", "ort_core.customops",
+               "ort_conformance.unavailable"]
+    session.run("pdoc", "--docformat", "restructuredtext", "--output-directory", API_DOCS, *modules)
+    session.log(f"API reference written to {API_DOCS}/index.html")

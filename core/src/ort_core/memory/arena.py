@@ -67,6 +67,8 @@ class HostArena:
 
     # ------------------------------------------------------------------ Allocator
     def allocate(self, nbytes: int) -> np.ndarray:
+        """A writable uint8 array of exactly ``nbytes``, ``alignment``-aligned, reused from the free list
+        of its size class when one is cached."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
@@ -89,6 +91,7 @@ class HostArena:
         return np.asarray(block)
 
     def address(self, buffer: np.ndarray) -> int:
+        """The address of a buffer's first byte."""
         return int(buffer.ctypes.data)
 
     def free(self, buffer: Any) -> None:
@@ -106,11 +109,13 @@ class HostArena:
 
     # -------------------------------------------------------------------- queries
     def cached_bytes(self) -> int:
+        """Bytes held in free blocks, ready for reuse."""
         with self._lock:
             self._drain()
             return self._cached
 
     def stats(self) -> dict[str, int]:
+        """Cached bytes, hits, misses and free blocks, for tests and profiling."""
         with self._lock:
             self._drain()
             return {"cached_bytes": self._cached, "hits": self.hits, "misses": self.misses,

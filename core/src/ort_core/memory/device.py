@@ -16,6 +16,14 @@ memory both the host and the device address (unified memory), still copied throu
 
 @dataclass(frozen=True)
 class Device:
+    """Where a value lives: ``Device("cpu")`` for host memory, ``Device("cuda", 1, "nvidia")`` for a GPU.
+
+    ``type``: the kind of device, lower case ("cpu", "cuda", "npu", or a vendor's own name); "cpu" means
+    host memory, whose values are numpy arrays. ``id``: the ordinal among devices of that type.
+    ``vendor``: free text, informative. ``memory``: one of ``MEMORY_KINDS``. Equal devices are one place:
+    a value moves between two providers without a copy exactly when their devices are equal.
+    """
+
     type: str = "cpu"
     id: int = 0
     vendor: str = ""
@@ -36,3 +44,4 @@ class Device:
 
 
 HOST = Device("cpu", 0)
+"""Host memory, where numpy arrays live and providers computing on the CPU keep their values."""

@@ -19,6 +19,7 @@ class HostAllocator:
     alignment = 64
 
     def allocate(self, nbytes: int) -> np.ndarray:
+        """A writable uint8 array of exactly ``nbytes`` whose address is a multiple of ``alignment``."""
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
@@ -28,6 +29,7 @@ class HostAllocator:
         return raw[offset:offset + max(nbytes, 1)][:nbytes]
 
     def address(self, buffer: np.ndarray) -> int:
+        """The address of a buffer's first byte."""
         return int(buffer.ctypes.data)
 
     def free(self, buffer: Any) -> None:
@@ -38,9 +40,11 @@ class HostDataTransfer:
     """Copies between host arrays (the only pair the CPU provider knows)."""
 
     def can_copy(self, src: Device, dst: Device) -> bool:
+        """True for host to host only."""
         return src.is_host and dst.is_host
 
     def copy(self, value: Any, src: Device, dst: Device) -> Any:
+        """A new numpy array with ``value``'s contents."""
         if not self.can_copy(src, dst):
             raise ValueError(f"host transfer cannot copy {src} -> {dst}")
         return np.array(value, copy=True)

@@ -46,18 +46,22 @@ class DeviceTensor:
 
     @property
     def ndim(self) -> int:
+        """The number of dimensions."""
         return len(self.shape)
 
     @property
     def size(self) -> int:
+        """The number of elements."""
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
+        """The number of bytes of its elements (size times the dtype's itemsize)."""
         return self.size * self.dtype.itemsize
 
     @property
     def is_contiguous(self) -> bool:
+        """Whether its elements are C-contiguous (``strides`` None or equal to C order's)."""
         return self.strides is None or self.strides == _c_strides(self.shape, self.dtype.itemsize)
 
     def reshaped(self, shape: tuple[int, ...]) -> DeviceTensor:

@@ -19,7 +19,9 @@ from ..ir.graph import Node
 from .types import FusedSubgraph
 
 CONTEXT_DOMAIN = "com.microsoft"
+"""The domain of EPContext nodes (onnxruntime's)."""
 CONTEXT_OP = "EPContext"
+"""The op type of a node holding a provider's compiled subgraph."""
 MAX_CONTEXT_BYTES = 4 << 30  # a compiled context larger than this is refused, as an oversized tensor is
 
 ENABLE_KEY = "ep.context_enable"
@@ -74,6 +76,7 @@ class ArtifactCache:
         self.folder = folder
 
     def key(self, provider: str, version: str, options: Mapping[str, Any], device: Any, subgraph: FusedSubgraph) -> str:
+        """The cache key of ``subgraph`` compiled by ``provider`` at ``version`` with ``options`` for ``device``."""
         h = hashlib.sha256()
         h.update(json.dumps([provider, version, sorted((str(k), str(v)) for k, v in options.items()), str(device)])
                  .encode())
@@ -84,6 +87,7 @@ class ArtifactCache:
         return os.path.join(self.folder, f"{key}.blob")
 
     def get(self, key: str) -> bytes | None:
+        """The blob saved under ``key``, or None (never saved, or unreadable)."""
         try:
             with open(self._path(key), "rb") as f:
                 return f.read()
@@ -91,6 +95,7 @@ class ArtifactCache:
             return None
 
     def put(self, key: str, blob: bytes) -> None:
+        """Save ``blob`` under ``key`` (atomically; a write that fails is ignored)."""
         path = self._path(key)
         tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
         try:

@@ -4,7 +4,7 @@ This module only documents and declares the hooks (pluggy hookspecs); implementa
 the plugins, the built-in CPU provider included (``ort_core.providers.cpu.provider``).
 
 A plugin is a module or object whose functions are decorated with ``ort_core.plugins.hookimpl``
-and that is exposed through the entry-point group ``ort_core.providers``::
+and that is exposed through the entry-point group ``ort_core.providers`` in its ``pyproject.toml``:
 
     [project.entry-points."ort_core.providers"]
     myep = "ort_ep_myep.plugin"

@@ -17,6 +17,7 @@ TRANSFER = HostDataTransfer()
 
 @hookimpl
 def ort_allocator(provider, device):
+    """The shared 64-byte-aligned host allocator; a ValueError for any device but the host."""
     if device != HOST:
         raise ValueError(f"{provider} keeps its values in host memory ({HOST}), not {device}")
     return ALLOCATOR
@@ -24,4 +25,5 @@ def ort_allocator(provider, device):
 
 @hookimpl
 def ort_data_transfer(provider):
+    """The host-to-host copy (``HostDataTransfer``)."""
     return TRANSFER

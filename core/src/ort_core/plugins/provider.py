@@ -49,11 +49,25 @@ class Preferences:
     ``bakes_weights``: it builds constant initializers into its compiled artifact, so its subgraphs list
     them in ``constants`` only, not in ``inputs``: the core keeps no copy for it and feeds none at run time
     (the default: weights are inputs, copied once to its device at session creation).
-    ``fused_ops``: the fused ops of ort-core's optimizer it runs, as "domain::op_type" (onnxruntime's contrib
-    ops such as "com.microsoft::FusedConv", "com.microsoft::Attention", "::LayerNormalization"; the list is in
-    ``optimizer/cpu_fusion.py``). At level extended and up the core then fuses those patterns before
-    partitioning, so its ``get_capability`` sees one fused node where the model has a chain; a provider
-    declaring none sees the standard ops, and may still fuse the nodes it claimed in ``transform``.
+    ``fused_ops``: the fused ops of ort-core's optimizer it runs, as "domain::op_type". At level extended and
+    up the core then fuses those patterns before partitioning, so its ``get_capability`` sees one fused node
+    where the model has a chain; a provider declaring none sees the standard ops, and may still fuse the
+    nodes it claimed in ``transform``. The fused ops of the contract (``optimizer/cpu_fusion.py`` and the
+    fusion modules beside it make them; the semantics are onnxruntime's for its contrib ops, those of the
+    CPU provider's kernels in ``providers/cpu/ops/fused.py`` and ``fused_transformer.py`` for ort-core's own):
+
+    - ``com.microsoft::FusedConv``: Conv + activation (Relu, LeakyRelu, Clip, Sigmoid, Tanh, HardSigmoid),
+      or Conv + residual Add (+ activation)
+    - ``com.microsoft::FusedGemm``: Gemm + activation (the same, without Clip)
+    - ``com.microsoft::Gelu`` and ``com.microsoft::BiasGelu`` (the erf GELU chain, without and with a bias
+      Add before it), ``com.microsoft::FastGelu`` (the tanh chain, bias as its second input)
+    - ``com.microsoft::SkipLayerNormalization``: LayerNormalization(Add(x, skip)) over the last axis
+    - ``com.microsoft::Attention``: a self-attention block (Q/K/V weights packed once) whose mask it takes
+    - ``::LayerNormalization``: the ReduceMean/Sub/Pow/ReduceMean/Add/Sqrt/Div chain over the last axis (the
+      standard op from opset 17; below it, onnxruntime's contrib op of that name in the ONNX domain)
+    - ``ort_core::FusedBatchNormalization``: BatchNormalization + activation
+    - ``ort_core::MatMulBias``: MatMul + bias Add
+    - ``ort_core::SelfAttention``: the same block with a mask onnxruntime's Attention does not take
     """
 
     keep_qdq: bool = False
@@ -208,7 +222,7 @@ def provider_hooks(info: Callable[[], ProviderInfo],
                    make: Callable[[ProviderInfo, dict, SessionContext], ExecutionProvider]) -> tuple:
     """The two hooks of a plugin offering one provider: registration answers ``[info()]`` (asked afresh, so
     availability is read when the core asks), the factory returns ``make(info(), options, session)``. A
-    plugin module assigns them under the hooks' names, where pluggy finds them::
+    plugin module assigns them under the hooks' names, where pluggy finds them:
 
         ort_register_providers, ort_create_provider = provider_hooks(_info, MyProvider)
     """

@@ -29,10 +29,15 @@ if TYPE_CHECKING:
 class ProviderInfo:
     """What a plugin declares about one provider it offers.
 
-    ``devices``: every device it can compute on here (an instance picks among them, e.g. through
-    a ``device_id`` option). ``options``: the provider options it accepts, name -> default value
-    as a string; the core refuses any other name before the factory runs, naming the valid ones.
-    None (the default) leaves option checking to the plugin.
+    ``name``: the provider's name, unique among installed plugins (``"<Vendor>ExecutionProvider"``), the one
+    users list in ``providers=[...]``. ``devices``: every device it can compute on here (an instance picks
+    among them, e.g. through a ``device_id`` option). ``available``: whether it can run on this machine;
+    when False, ``reason`` says why in words a user can act on ("libvendor.so not found: pip install
+    vendor-runtime", "no device visible"), and sessions asking for it warn with that reason and go on
+    without it. ``description`` and ``version`` (the plugin's) are shown by ``ort-core providers`` and in
+    conformance reports. ``options``: the provider options it accepts, name -> default value as a string;
+    the core refuses any other name before the factory runs, naming the valid ones. None (the default)
+    leaves option checking to the plugin.
     """
 
     name: str
@@ -45,12 +50,20 @@ class ProviderInfo:
 
     @property
     def device(self) -> Device:
+        """The first of ``devices``: where an instance's values live unless it picks another."""
         return self.devices[0]
 
 
 @dataclass(frozen=True)
 class Capability:
-    """A provider's answer to get_capability (see hookspecs.ort_get_capability)."""
+    """A provider's answer to get_capability (see ``hookspecs.ort_get_capability`` for the rules).
+
+    ``claimed``: the ids (``Node.id``) of the offered nodes it takes. ``declined``: node id -> a short reason,
+    for *every* offered node it does not take (users see them in the placement line and ``explain``).
+    ``fuse``: True to have connected claimed nodes grouped into fused subgraphs, each compiled once; False
+    to compile node by node (kernel-registry providers such as the CPU one). ``from_reasons`` builds the
+    answer from one "why not" function.
+    """
 
     claimed: tuple[int, ...] = ()
     declined: dict[int, str] = field(default_factory=dict)
@@ -73,7 +86,11 @@ class Capability:
 class GraphView:
     """What a provider sees when asked for its capability: the graph plus the nodes on offer.
 
-    ``custom_ops`` is the custom-op registry in force for the session (its own registrations,
+    ``graph``: the model's graph (``ort_core.ir.graph.Graph``), read-only: every node, initializer and
+    value type, assigned or not. ``opsets``: the model's opset imports, domain -> version. ``offered``:
+    the ids of the nodes still unassigned, the only ones a provider may claim; ``nodes()`` gives them as
+    ``Node`` objects (``id``, ``op_type``, ``domain``, ``inputs``, ``outputs``, ``attrs``) in topological
+    order. ``custom_ops`` is the custom-op registry in force for the session (its own registrations,
     then the global ones), or None; ``custom_op(node)`` finds a node's op in it.
     """
 
@@ -96,10 +113,13 @@ class GraphView:
         return self.graph.constant_initializers()
 
     def opset(self, domain: str = "") -> int:
+        """The model's opset version for ``domain`` ("" or "ai.onnx": the ONNX domain), 0 when not imported."""
         domain = onnx_domain(domain)
         return self.opsets.get(domain, 0)
 
     def type_of(self, name: str) -> ValueType | None:
+        """The type of value ``name`` (``ort_core.ir.types.ValueType``: ``kind``, ``elem_type`` as an ONNX
+        ``TensorProto`` code, ``shape`` with ints for static dimensions), or None where it is unknown."""
         return self.graph.type_of(name)
 
     def constant(self, name: str) -> np.ndarray | None:
@@ -168,9 +188,13 @@ def constant_node_values(graph: Graph) -> dict[str, np.ndarray]:
 class FusedSubgraph:
     """A group of nodes handed to one provider's ``compile`` hook.
 
-    ``inputs`` lists every value read from outside in first-use order (constants included, unless the
-    provider declared ``Preferences.bakes_weights``); ``outputs`` the values read after it or returned by
-    the model; ``constants`` the constant initializers it reads, which a provider may bake into its kernel.
+    ``name``: ``"<provider>_<k>"``, k its place among all the subgraphs of the session's model in execution
+    order (the example plugin keys its compiled programs on it). ``nodes``: its nodes in execution order (IR ``Node``s,
+    read-only). ``opsets``: the model's opset imports. ``graph``: the model's graph, for value types
+    (``graph.type_of(name)``). ``inputs`` lists every value read from outside in first-use order
+    (constants included, unless the provider declared ``Preferences.bakes_weights``); ``outputs`` the
+    values read after it or returned by the model; ``constants`` the constant initializers it reads, which a
+    provider may bake into its kernel.
     ``custom_ops`` is the session's custom-op registry (see GraphView). ``bodies``: the session's body
     planner, ``bodies(graph, owner_node, outer_names)`` -> a planned body (``bind(outer_values)``, then
     ``run(base, inputs)``), for kernels of nodes with graph attributes; the body is placed over the

@@ -24,15 +24,18 @@ class VerdictCache:
         self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:
+        """The verdict for signature ``key`` ("" or the reason), or None when it was never probed."""
         with self._lock:
             return self._results.get(key)
 
     def put(self, key: str, reason: str) -> None:
+        """Remember the verdict for ``key`` ("" when it compiles), to be written by the next ``save``."""
         with self._lock:
             self._results[key] = reason
             self._dirty.update(self._loaded)
 
     def keys(self) -> list[str]:
+        """Every signature with a verdict."""
         with self._lock:
             return list(self._results)
 
@@ -41,12 +44,14 @@ class VerdictCache:
             return len(self._results)
 
     def clear(self) -> None:
+        """Forget every verdict (in memory; files stay)."""
         with self._lock:
             self._results.clear()
             self._loaded.clear()
             self._dirty.clear()
 
     def path(self, folder: str, tag: str) -> str:
+        """The file holding the verdicts of ``tag`` in ``folder``."""
         return os.path.join(folder, f"{self.prefix}-probes-{hashlib.sha1(tag.encode()).hexdigest()[:12]}.json")
 
     def load(self, folder: str, tag: str) -> None:
