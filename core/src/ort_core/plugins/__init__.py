@@ -20,9 +20,10 @@ from .types import (
     constant_node_value,
     constant_node_values,
 )
-from .verdicts import VerdictCache
+from .verdicts import VerdictCache, canonical
 
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
            "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "TransformView",
-           "UnsupportedSubgraph", "VerdictCache", "constant_node_value", "constant_node_values", "context_blob",
-           "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain", "provider_hooks"]
+           "UnsupportedSubgraph", "VerdictCache", "canonical", "constant_node_value", "constant_node_values",
+           "context_blob", "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain",
+           "provider_hooks"]

@@ -10,13 +10,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import threading
 from collections.abc import Mapping
 from typing import Any
 
 from ..errors import InvalidGraph
 from ..ir.graph import Node
 from .types import FusedSubgraph
+from .verdicts import write_atomically
 
 CONTEXT_DOMAIN = "com.microsoft"
 """The domain of EPContext nodes (onnxruntime's)."""
@@ -96,15 +96,4 @@ class ArtifactCache:
 
     def put(self, key: str, blob: bytes) -> None:
         """Save ``blob`` under ``key`` (atomically; a write that fails is ignored)."""
-        path = self._path(key)
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
-        try:
-            os.makedirs(self.folder, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(blob)
-            os.replace(tmp, path)
-        except OSError:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+        write_atomically(self._path(key), blob)

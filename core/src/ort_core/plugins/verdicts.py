@@ -83,14 +83,34 @@ class VerdictCache:
                 return
             self._dirty.discard(path)
             data = {"tag": tag, "results": dict(self._results)}
-        tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+        write_atomically(path, json.dumps(data).encode())
+
+
+def write_atomically(path: str, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so readers never see half a file;
+    a cache that cannot be written only costs the work again, so failures are ignored."""
+    tmp = f"{path}.{os.getpid()}.{threading.get_ident()}.tmp"
+    try:
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except OSError:
         try:
-            os.makedirs(folder, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(data, f)
-            os.replace(tmp, path)
+            os.remove(tmp)
         except OSError:
-            try:
-                os.remove(tmp)
-            except OSError:
-                pass
+            pass
+
+
+def canonical(value):
+    """A hashable, printable stand-in for an attribute or constant in a probe signature (tensors by dtype,
+    shape and a digest of their bytes)."""
+    import numpy as np  # the plugins' probe signatures only
+
+    if isinstance(value, np.ndarray):
+        return ("tensor", value.dtype.str, value.shape, hashlib.sha1(value.tobytes()).hexdigest()[:16])
+    if isinstance(value, (list, tuple)):
+        return tuple(canonical(v) for v in value)
+    if isinstance(value, bytes):
+        return value.decode(errors="replace")
+    return value

@@ -18,6 +18,7 @@ from onnx import TensorProto
 from ort_core.plugins import (
     FusedSubgraph,
     VerdictCache,
+    canonical,
     constant_node_value,
     constant_node_values,
     is_onnx_domain,
@@ -446,16 +447,6 @@ def _probe(node: Any, ctx: Context, device: str, dynamic: bool) -> str | None:
     return cached or None
 
 
-def _canon(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return ("tensor", value.dtype.str, value.shape, hashlib.sha1(value.tobytes()).hexdigest()[:16])
-    if isinstance(value, (list, tuple)):
-        return tuple(_canon(v) for v in value)
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return value
-
-
 def signature(node: Any, ctx: Context, device: str, dynamic: bool) -> str:
     """The probe's cache key: op, opset, attributes, and per input its element type, rank (or
     static shape) and, for small constants, a digest of the values."""
@@ -478,7 +469,7 @@ def signature(node: Any, ctx: Context, device: str, dynamic: bool) -> str:
             digest = hashlib.sha1(np.ascontiguousarray(const).tobytes()).hexdigest()[:16]
         inputs.append((et, shape, digest))
     outputs = tuple(bool(o) for o in node.outputs)
-    attrs = tuple(sorted((k, _canon(v)) for k, v in node.attrs.items()))
+    attrs = tuple(sorted((k, canonical(v)) for k, v in node.attrs.items()))
     return repr((device, node.domain, node.op_type, ctx.opsets.get(onnx_domain(node.domain), 0), attrs, tuple(inputs),
                  outputs, dynamic))
 

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import onnx
 
-from ort_core.plugins import VerdictCache, constant_node_values, is_onnx_domain
+from ort_core.plugins import VerdictCache, canonical, constant_node_values, is_onnx_domain
 
 from . import __version__, emitter, lowering
 from .emitter import Emitter, Values
@@ -105,22 +105,12 @@ def probe_tag(backend: Backend, soc_model: int, precision: int) -> str:
     return f"{backend.build_id}|soc={soc_model}|precision={precision}|ort-ep-qnn={__version__}|rules={RULES_DIGEST}"
 
 
-def _canon(value: Any) -> Any:
-    if isinstance(value, np.ndarray):
-        return ("tensor", value.dtype.str, value.shape, hashlib.sha1(value.tobytes()).hexdigest()[:16])
-    if isinstance(value, (list, tuple)):
-        return tuple(_canon(v) for v in value)
-    if isinstance(value, bytes):
-        return value.decode(errors="replace")
-    return value
-
-
 def signature(node: Any, values: Values, tag: str) -> str:
     """The probe's key: op, opset, attributes, and per input and output its static shape and whether it is a
     constant (constant values shape the QNN graph only through their shapes)."""
     ins = tuple((values.shape(n), values.constant(n) is not None) if n else None for n in node.inputs)
     outs = tuple(values.shape(n) if n else None for n in node.outputs)
-    attrs = tuple(sorted((k, _canon(v)) for k, v in node.attrs.items()))
+    attrs = tuple(sorted((k, canonical(v)) for k, v in node.attrs.items()))
     return repr((tag, node.op_type, values.opset, attrs, ins, outs))
 
 

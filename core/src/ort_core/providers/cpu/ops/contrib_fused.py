@@ -99,11 +99,15 @@ def _writable(y: np.ndarray, inputs) -> np.ndarray:
     return y
 
 
+def _base(node: Node, op_type: str) -> Node:
+    """The standard op a fused node starts with: its first three inputs, its attributes but the activation's."""
+    return Node(op_type, node.inputs[:3], node.outputs,
+                {k: v for k, v in node.attrs.items() if not k.startswith("activation")}, name=node.name, id=node.id)
+
+
 @register("FusedConv", since=1, domain=DOMAIN)
 def fused_conv_factory(node, opset):
-    base = Node("Conv", node.inputs[:3], node.outputs,
-                {k: v for k, v in node.attrs.items() if not k.startswith("activation")}, name=node.name, id=node.id)
-    conv = conv_factory(base, 11)
+    conv = conv_factory(_base(node, "Conv"), 11)
     params = [float(p) for p in (node.attr("activation_params") or [])]
     activate = _checked(node, _CONV_PARAMS, params, required=False)
     label = node.label
@@ -125,9 +129,7 @@ def fused_conv_factory(node, opset):
 
 @register("FusedGemm", since=1, domain=DOMAIN)
 def fused_gemm_factory(node, opset):
-    base = Node("Gemm", node.inputs[:3], node.outputs,
-                {k: v for k, v in node.attrs.items() if not k.startswith("activation")}, name=node.name, id=node.id)
-    gemm = gemm_factory(base, 13)
+    gemm = gemm_factory(_base(node, "Gemm"), 13)
     given = {k: float(node.attr(f"activation_{k}")) for k in ("alpha", "beta", "gamma")
              if node.attr(f"activation_{k}") is not None}
     act = node.attr("activation")
