@@ -287,3 +287,30 @@ def test_ortvalue_from_numpy_with_onnx_type_views_the_array_as_that_type():
 def test_tensor_size_in_bytes_of_a_string_tensor_is_refused():
     with pytest.raises(ort.InvalidArgument, match="string tensor"):
         ort.OrtValue.ortvalue_from_numpy(np.array(["a"], object)).tensor_size_in_bytes()
+
+
+@pytest.mark.parametrize("runtime", ["ort_core", "onnxruntime"])
+def test_dlpack_round_trip_shares_host_memory(runtime):
+    """OrtValue.from_dlpack and np.from_dlpack(ortvalue) move a host tensor without a copy, on both runtimes;
+    a capsule is taken as well as an exporting object, and booleans stay booleans."""
+    rt = pytest.importorskip(runtime)
+    a = np.arange(6, dtype=np.float32).reshape(2, 3)
+    v = rt.OrtValue.from_dlpack(a)
+    assert v.shape() == [2, 3] and v.data_type() == "tensor(float)"
+    back = np.from_dlpack(v)
+    assert back.ctypes.data == a.ctypes.data  # the same memory both ways
+    np.testing.assert_array_equal(back, a)
+    assert v.__dlpack_device__()[0] == 1  # kDLCPU
+    np.testing.assert_array_equal(rt.OrtValue.from_dlpack(a.__dlpack__()).numpy(), a)  # a bare capsule
+    assert rt.OrtValue.from_dlpack(np.array([True, False])).numpy().dtype == np.bool_
+    if runtime == "ort_core":  # older onnxruntime releases' second argument: booleans sent as uint8
+        assert rt.OrtValue.from_dlpack(np.array([1, 0, 1], np.uint8), True).numpy().dtype == np.bool_
+
+
+def test_dlpack_of_a_device_value_is_refused_naming_the_device():
+    import_test_plugins("ort_ep_example.memory")
+    v = ort.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32), "example", 0)
+    with pytest.raises(ort.InvalidArgument, match="example.*not supported yet"):
+        v.__dlpack__()
+    with pytest.raises(ort.InvalidArgument, match="cannot read list as a host tensor"):
+        ort.OrtValue.from_dlpack([1, 2, 3])

@@ -182,6 +182,39 @@ class OrtValue:
             return np.array(arr, dtype=dtype, copy=copy)
         return arr if dtype is None else np.asarray(arr, dtype=dtype)
 
+    # ----------------------------------------------------------------- DLPack
+    @staticmethod
+    def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
+        """An OrtValue over the memory of ``data``, any object speaking the DLPack protocol (``__dlpack__``:
+        numpy arrays, torch CPU tensors, ...) or a DLPack capsule, without a copy. Host memory only for now:
+        a tensor on another device is refused, naming it. Types come from the DLPack metadata;
+        ``is_bool_tensor`` (older onnxruntime releases' second argument) reads uint8 data as bool."""
+        try:
+            arr = np.from_dlpack(data) if hasattr(data, "__dlpack__") else np.from_dlpack(_Capsule(data))
+        except (BufferError, RuntimeError, TypeError, ValueError) as e:
+            raise InvalidArgument(f"OrtValue.from_dlpack: cannot read {type(data).__name__} as a host tensor "
+                                  f"through DLPack ({e}); values on other devices are not supported yet") from e
+        if is_bool_tensor and arr.dtype == np.uint8:
+            arr = arr.view(np.bool_)
+        return OrtValue(arr, HOST)
+
+    def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
+        """The DLPack capsule of the held host tensor (no copy), for ``np.from_dlpack``, ``torch.from_dlpack``,
+        ...; values on other devices are refused for now (copy them with ``numpy()``)."""
+        self._need_host_tensor("__dlpack__")
+        return self._value.__dlpack__(stream=stream, **kwargs)
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        """(device type, device id) in DLPack's codes: (1, 0), the CPU, for host values."""
+        self._need_host_tensor("__dlpack_device__")
+        return self._value.__dlpack_device__()
+
+    def _need_host_tensor(self, what: str) -> None:
+        self._need_tensor(what)
+        if not self._device.is_host or not isinstance(self._value, np.ndarray):
+            raise InvalidArgument(f"OrtValue.{what}: DLPack export of a value on {self._device} is not supported "
+                                  "yet; copy it to the host with numpy()")
+
     # ----------------------------------------------------------------- updating
     def update_inplace(self, np_arr: Any) -> None:
         """Overwrite the contents with ``np_arr`` (same shape and dtype).
@@ -294,3 +327,16 @@ def _host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     alloc = get_registry().allocator(CPU, HOST)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return host_array(alloc.allocate(nbytes), shape, dtype)
+
+
+class _Capsule:
+    """A bare DLPack capsule presented as a host exporter, for numpy's from_dlpack (which takes objects)."""
+
+    def __init__(self, capsule: Any) -> None:
+        self._capsule = capsule
+
+    def __dlpack__(self, **_: Any) -> Any:
+        return self._capsule
+
+    def __dlpack_device__(self) -> tuple[int, int]:
+        return (1, 0)
