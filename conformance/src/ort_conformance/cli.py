@@ -28,6 +28,8 @@ examples:
   ort-conformance --plugin ./ort-ep-myvendor --report reports         (a project folder)
   ort-conformance --plugin dist/ort_ep_myvendor-1.0-py3-none-any.whl   (a built wheel)
   ort-conformance --plugin ort-ep-myvendor --no-install                (already installed)
+  ort-conformance diff model.onnx --provider NAME     (first node whose outputs differ from the CPU
+                                                       provider's; see ort-conformance diff --help)
 """
 
 
@@ -58,6 +60,10 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["diff"]:
+        from . import diff
+
+        return diff.main(argv[1:])
     ap = _parser()
     args = ap.parse_args(argv)
     if not args.provider and not args.plugin:
