@@ -19,7 +19,7 @@ from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
 from .contrib_attention import DOMAIN, attention_core, attention_options, check_float
-from .qlinear import _exact_float
+from .qlinear import exact_float
 
 _INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
 
@@ -64,7 +64,7 @@ def qattention_factory(node: Node, opset: int):
         scale = (_param(label, "input_scale", input_scale, 0).astype(np.float32)
                  * _param(label, "weight_scale", weight_scale, width).astype(np.float32))
         batch, seq, channels = x.shape
-        exact = _exact_float(channels)
+        exact = exact_float(channels)
         a = x.reshape(batch * seq, channels).astype(exact)
         if input_zero_point is not None:
             a -= _param(label, "input_zero_point", input_zero_point, 0, x.dtype)

@@ -22,7 +22,7 @@ a_scale * w_scale (one multiplier per tensor or per column):
 The weights are stored shifted by their zero point as integer-valued float64, so that float BLAS
 multiplies them exactly; this happens once at build time when W or R (with its scale and zero point)
 is a constant initializer of the graph. The time loop, sequence_lens, directions and activation roles
-are rnn.py's (_Config, _Sequence); only the per-step requantization of H is this module's own.
+are rnn.py's (RnnConfig, RnnSequence); only the per-step requantization of H is this module's own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
-from .rnn import _Config, _Sequence
+from .rnn import RnnConfig, RnnSequence
 
 _F32 = np.float32
 _INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -95,7 +95,7 @@ def _rows_apart(batch: int, hidden: int) -> bool:
 
 @register("DynamicQuantizeLSTM", since=1, domain="com.microsoft")
 def _dynamic_quantize_lstm(node: Node, opset: int, graph=None):
-    cfg = _Config(node, 1, 4, ("Sigmoid", "Tanh", "Tanh"))  # opset 1: no layout attribute
+    cfg = RnnConfig(node, 1, 4, ("Sigmoid", "Tanh", "Tanh"))  # opset 1: no layout attribute
     label, D, H = cfg.label, cfg.num_dirs, cfg.hidden
     if H is None or H <= 0:
         raise KernelError(f"{label}: attribute hidden_size must be given and positive")
@@ -124,8 +124,8 @@ def _dynamic_quantize_lstm(node: Node, opset: int, graph=None):
         seen = x[:t_max]
         lo, hi = (seen.min(), seen.max()) if seen.size else (0, 0)
         x_scale, x_zp = _quant_params(lo, hi)
-        # rnn.py's _Sequence takes W and R in the ONNX layout (D, 4H, K): transposed views
-        seq = _Sequence(cfg, _quantized_shifted(x, x_scale, x_zp), qw.shifted.transpose(0, 2, 1),
+        # rnn.py's RnnSequence takes W and R in the ONNX layout (D, 4H, K): transposed views
+        seq = RnnSequence(cfg, _quantized_shifted(x, x_scale, x_zp), qw.shifted.transpose(0, 2, 1),
                         qr.shifted.transpose(0, 2, 1), None, seq_lens, fold_bias=1.0)
         x_mult = (x_scale * qw.scale).astype(_F32)  # (D, 1, 4H or 1)
         r_int = qr.shifted  # (D, H, 4H): h @ r

@@ -38,8 +38,8 @@ from ....ir.graph import Node
 from ....limits import check_tensor_size
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
-from .qlinear import _INT8, _check_int8, _int_matmul, _shifted, _to_int32, _zp_type
-from .quantize import _dynamic_quantize_linear, saturate_to
+from .qlinear import INT8_TYPES, check_int8, check_zero_point_type, int_matmul, to_int32, zero_point_shifted
+from .quantize import dynamic_quantize_linear, saturate_to
 
 _F32 = np.float32
 _SCALE_TYPES = (np.dtype(np.float32), np.dtype(np.float16))
@@ -74,7 +74,7 @@ def _b_zero_point(label: str, zp, b: np.ndarray):
     """B's zero point shaped to broadcast over B (None when absent)."""
     if zp is None:
         return None
-    _zp_type(label, "b_zero_point", zp, b)
+    check_zero_point_type(label, "b_zero_point", zp, b)
     if not _b_param_ok(zp.shape, b.shape):
         raise KernelError(f"{label}: b_zero_point of shape {zp.shape} is neither per tensor nor per column "
                           f"of B {b.shape}")
@@ -84,7 +84,7 @@ def _b_zero_point(label: str, zp, b: np.ndarray):
 def _a_zero_point(label: str, zp, a: np.ndarray):
     if zp is None:
         return None
-    _zp_type(label, "a_zero_point", zp, a)
+    check_zero_point_type(label, "a_zero_point", zp, a)
     if not _is_scalar(zp):
         raise KernelError(f"{label}: a_zero_point must be a scalar, got shape {zp.shape}")
     return zp.reshape(())
@@ -97,10 +97,10 @@ def _shifted_constant_b(node: Node, graph, b_pos: int, zp_pos: int):
     if consts is None:
         return None
     b, zp = consts
-    if b.dtype not in _INT8 or b.ndim < 2 or (zp is not None and (zp.dtype != b.dtype
+    if b.dtype not in INT8_TYPES or b.ndim < 2 or (zp is not None and (zp.dtype != b.dtype
                                                                   or not _b_param_ok(zp.shape, b.shape))):
         return None
-    out = _shifted(b, None if zp is None else zp.reshape(()) if zp.size == 1 else zp, _F32)
+    out = zero_point_shifted(b, None if zp is None else zp.reshape(()) if zp.size == 1 else zp, _F32)
     out.flags.writeable = False
     return out
 
@@ -121,11 +121,11 @@ def _accumulate(label: str, a, a_zp, b, b_zp, shifted_b) -> np.ndarray:
         raise KernelError(f"{label}: matmul batch dimensions of {a.shape} and {b.shape} do not broadcast") from None
     check_tensor_size(label, batch + a.shape[-2:-1] + b.shape[-1:] * (b.ndim > 1), _F32)
     if shifted_b is None:
-        acc = _int_matmul(label, a, b, a_zp, b_zp)
+        acc = int_matmul(label, a, b, a_zp, b_zp)
     else:
-        acc = np.matmul(_shifted(a, a_zp, _F32), shifted_b)
+        acc = np.matmul(zero_point_shifted(a, a_zp, _F32), shifted_b)
     if k * 255 * 255 >= 2 ** 31:  # an int32 accumulator can wrap
-        acc = _to_int32(acc)
+        acc = to_int32(acc)
     return acc.astype(_F32, copy=False)
 
 
@@ -163,11 +163,11 @@ def _check_scales(label: str, *scales) -> np.dtype:
 @register("DynamicQuantizeMatMul", since=1, domain="com.microsoft")
 def _dynamic_quantize_matmul(node: Node, opset: int, graph=None):
     label = node.label
-    quantize = _dynamic_quantize_linear(node, 11)
+    quantize = dynamic_quantize_linear(node, 11)
     shifted_b = _shifted_constant_b(node, graph, 1, 3)
 
     def kernel(a, b, b_scale, b_zp=None, bias=None):
-        _check_int8(label, "B", b)
+        check_int8(label, "B", b)
         if b_scale.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
             raise KernelError(f"{label}: b_scale and bias must be float32")
         z = _b_zero_point(label, b_zp, b)
@@ -195,8 +195,8 @@ def _matmul_integer_to_float(node: Node, opset: int, graph=None):
     shifted_b = _shifted_constant_b(node, graph, 1, 5)
 
     def kernel(a, b, a_scale, b_scale, a_zp=None, b_zp=None, bias=None):
-        _check_int8(label, "A", a)
-        _check_int8(label, "B", b)
+        check_int8(label, "A", a)
+        check_int8(label, "B", b)
         out = _check_scales(label, a_scale, b_scale, *(() if bias is None else (bias,)))
         z_a, z_b = _a_zero_point(label, a_zp, a), _b_zero_point(label, b_zp, b)
         acc = _accumulate(label, a, z_a, b, z_b, shifted_b)
@@ -214,8 +214,8 @@ def _qgemm(node: Node, opset: int):
     trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
 
     def kernel(a, a_scale, a_zp, b, b_scale, b_zp, c=None, y_scale=None, y_zp=None):
-        _check_int8(label, "A", a)
-        _check_int8(label, "B", b)
+        check_int8(label, "A", a)
+        check_int8(label, "B", b)
         if a_zp is None or b_zp is None:
             raise KernelError(f"{label}: a_zero_point and b_zero_point are required")
         if a.ndim != 2 or b.ndim != 2:
@@ -229,7 +229,7 @@ def _qgemm(node: Node, opset: int):
         if b_scale.shape != b_zp.shape or not (_is_scalar(b_scale) or b_scale.shape == (n,)):
             raise KernelError(f"{label}: b_scale and b_zero_point must both be scalars or both ({n},), got "
                               f"{b_scale.shape} and {b_zp.shape}")
-        acc = _int_matmul(label, a, b, _a_zero_point(label, a_zp, a), _b_zero_point(label, b_zp, b))
+        acc = int_matmul(label, a, b, _a_zero_point(label, a_zp, a), _b_zero_point(label, b_zp, b))
         if c is not None:
             if c.dtype != np.int32 or c.ndim > 2 or not _broadcasts_to(c.shape, (m, n)):
                 raise KernelError(f"{label}: C must be int32 broadcastable to ({m}, {n}), got {c.dtype} {c.shape}")
@@ -238,10 +238,10 @@ def _qgemm(node: Node, opset: int):
         if y_scale is not None:
             mult = mult / y_scale.reshape(())
         # a float32 accumulator holds small exact integers; a float64 one is wrapped to int32 first
-        y = (acc if acc.dtype == _F32 else _to_int32(acc).astype(_F32)) * mult
+        y = (acc if acc.dtype == _F32 else to_int32(acc).astype(_F32)) * mult
         if y_zp is None:
             return (y,)
-        if y_scale is None or not _is_scalar(y_zp) or y_zp.dtype not in _INT8:
+        if y_scale is None or not _is_scalar(y_zp) or y_zp.dtype not in INT8_TYPES:
             raise KernelError(f"{label}: y_zero_point must be an int8 or uint8 scalar with y_scale given")
         return (saturate_to(label, y, y_zp.dtype, zp=y_zp.reshape(())),)
 

@@ -25,7 +25,7 @@ from .conv import (
 )
 
 
-class _PoolAttrs:
+class PoolAttrs:
     """Window attributes of a pooling node, resolved per input shape by ``geometry``."""
 
     def __init__(self, node, opset, dilations_allowed: bool, ceil_allowed: bool):
@@ -89,7 +89,7 @@ def _min_value(dtype):
 
 @register("MaxPool", since=1, until=None)
 def max_pool_factory(node, opset):
-    pa = _PoolAttrs(node, opset, dilations_allowed=opset >= 10, ceil_allowed=opset >= 10)
+    pa = PoolAttrs(node, opset, dilations_allowed=opset >= 10, ceil_allowed=opset >= 10)
     storage_order = int(node.attr("storage_order", 0))
     if storage_order not in (0, 1):
         raise KernelError(f"{node.label}: storage_order must be 0 or 1, got {storage_order}")
@@ -144,7 +144,7 @@ def _max_indices(x_shape, best, pa, g, storage_order):
 # AveragePool / LpPool
 # ---------------------------------------------------------------------------------------------
 
-def _window_sum(x, g):
+def window_sum(x, g):
     """(N, C, *out) view of the window sums of x (zero padding), in float32 for float16 x."""
     ph = g["ph"]
     if x.dtype == np.float16:
@@ -158,13 +158,13 @@ def _window_sum(x, g):
 
 @register("AveragePool", since=1, until=None)
 def average_pool_factory(node, opset):
-    pa = _PoolAttrs(node, opset, dilations_allowed=opset >= 19, ceil_allowed=opset >= 10)
+    pa = PoolAttrs(node, opset, dilations_allowed=opset >= 19, ceil_allowed=opset >= 10)
     include_pad = bool(node.attr("count_include_pad", 0)) if opset >= 7 else False
     full = math.prod(pa.kernel)
 
     def kernel(x):
         g = pa.geometry(x.shape, x.dtype)
-        acc = _window_sum(x, g)
+        acc = window_sum(x, g)
         counts = pa.counts(x.shape, include_pad)
         y = np.empty(acc.shape, dtype=x.dtype)
         divisor = acc.dtype.type(full) if (counts == full).all() else counts.astype(acc.dtype)
@@ -176,11 +176,11 @@ def average_pool_factory(node, opset):
 
 @register("LpPool", since=1, until=None)
 def lp_pool_factory(node, opset):
-    pa = _PoolAttrs(node, opset, dilations_allowed=opset >= 18, ceil_allowed=opset >= 18)
+    pa = PoolAttrs(node, opset, dilations_allowed=opset >= 18, ceil_allowed=opset >= 18)
     p = _read_p(node, opset)
 
     def kernel(x):
-        acc = np.ascontiguousarray(_window_sum(_lp_power(x, p), pa.geometry(x.shape, x.dtype)))
+        acc = np.ascontiguousarray(window_sum(_lp_power(x, p), pa.geometry(x.shape, x.dtype)))
         return (_lp_root(acc, p).astype(x.dtype, copy=False),)
 
     return kernel

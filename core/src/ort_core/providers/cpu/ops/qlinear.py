@@ -1,5 +1,5 @@
 """CPU kernels for arithmetic on quantized tensors: MatMulInteger, ConvInteger, QLinearMatMul and
-QLinearConv. Integer accumulation is exact (see exact_product and _exact_float); convolutions run
+QLinearConv. Integer accumulation is exact (see exact_product and exact_float); convolutions run
 through conv.py's Conv kernel. Plain (de)quantization is in quantize.py.
 """
 
@@ -15,12 +15,12 @@ from ..registry import register
 from .conv import conv_factory
 from .quantize import FLOAT8, INT_RANGES, saturate_to
 
-_INT8 = (np.dtype(np.int8), np.dtype(np.uint8))
+INT8_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
 # largest |(a - a_zero_point) * (b - b_zero_point)| for 8-bit operands: 255 * 255
 _MAX_PRODUCT = 255 * 255
 
 
-def _exact_float(k_terms: int):
+def exact_float(k_terms: int):
     """The float type in which a dot product of ``k_terms`` zero-point-shifted 8-bit products is
     exact: every product and partial sum is an integer of magnitude <= k_terms * 255**2, exact in
     float32 below 2**24 and in float64 below 2**53 (k_terms < 2**37). BLAS then gives the integer
@@ -48,18 +48,20 @@ def exact_product(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return np.add.reduce(parts, axis=0, dtype=np.float64).reshape(*a.shape[:-1], b.shape[1])
 
 
-def _to_int32(acc: np.ndarray) -> np.ndarray:
+def to_int32(acc: np.ndarray) -> np.ndarray:
     """Exact integer-valued float accumulator -> int32, wrapping on overflow as 32-bit
     accumulation does (the spec allows overflow only there)."""
     return acc.astype(np.int64).astype(np.int32)
 
 
-def _check_int8(label: str, name: str, arr: np.ndarray) -> None:
-    if arr.dtype not in _INT8:
+def check_int8(label: str, name: str, arr: np.ndarray) -> None:
+    """KernelError naming the node and input unless ``arr`` holds int8 or uint8."""
+    if arr.dtype not in INT8_TYPES:
         raise KernelError(f"{label}: input '{name}' must be int8 or uint8, got {arr.dtype}")
 
 
-def _zp_type(label: str, name: str, zp, x: np.ndarray) -> None:
+def check_zero_point_type(label: str, name: str, zp, x: np.ndarray) -> None:
+    """KernelError naming the node unless the zero point ``zp`` (when given) has the type of ``x``."""
     if zp is not None and zp.dtype != x.dtype:
         raise KernelError(f"{label}: zero point '{name}' has type {zp.dtype}, its input has {x.dtype}")
 
@@ -88,7 +90,7 @@ def _col_param(p):
     return None if p is None else (p.reshape(()) if p.size == 1 else p)
 
 
-def _shifted(x: np.ndarray, zp, dtype) -> np.ndarray:
+def zero_point_shifted(x: np.ndarray, zp, dtype) -> np.ndarray:
     """x - zero point in ``dtype`` (exact: both are small integers or float8 values)."""
     out = x.astype(dtype)
     if zp is not None and np.any(zp):
@@ -96,14 +98,14 @@ def _shifted(x: np.ndarray, zp, dtype) -> np.ndarray:
     return out
 
 
-def _int_matmul(label: str, a, b, a_zp, b_zp) -> np.ndarray:
+def int_matmul(label: str, a, b, a_zp, b_zp) -> np.ndarray:
     """(a - a_zp) @ (b - b_zp) as an exact integer-valued float array."""
     if a.ndim == 0 or b.ndim == 0:
         raise KernelError(f"{label}: matmul operands must have rank >= 1, got {a.shape} and {b.shape}")
     k = a.shape[-1]
     if k != b.shape[0 if b.ndim == 1 else -2]:
         raise KernelError(f"{label}: matmul shapes {a.shape} and {b.shape} do not match")
-    return exact_product(_shifted(a, a_zp, np.float32), _shifted(b, b_zp, np.float32))
+    return exact_product(zero_point_shifted(a, a_zp, np.float32), zero_point_shifted(b, b_zp, np.float32))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -115,12 +117,12 @@ def _matmul_integer(node: Node, opset: int):
     label = node.label
 
     def kernel(a, b, a_zp=None, b_zp=None):
-        _check_int8(label, "A", a)
-        _check_int8(label, "B", b)
-        _zp_type(label, "a_zero_point", a_zp, a)
-        _zp_type(label, "b_zero_point", b_zp, b)
-        acc = _int_matmul(label, a, b, _row_param(label, "a_zero_point", a_zp, a), _col_param(b_zp))
-        return (_to_int32(acc),)
+        check_int8(label, "A", a)
+        check_int8(label, "B", b)
+        check_zero_point_type(label, "a_zero_point", a_zp, a)
+        check_zero_point_type(label, "b_zero_point", b_zp, b)
+        acc = int_matmul(label, a, b, _row_param(label, "a_zero_point", a_zp, a), _col_param(b_zp))
+        return (to_int32(acc),)
 
     return kernel
 
@@ -132,19 +134,19 @@ def _qlinear_matmul(node: Node, opset: int):
     label = node.label
 
     def kernel(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
-        _zp_type(label, "a_zero_point", a_zp, a)
-        _zp_type(label, "b_zero_point", b_zp, b)
+        check_zero_point_type(label, "a_zero_point", a_zp, a)
+        check_zero_point_type(label, "b_zero_point", b_zp, b)
         out = y_zp.dtype
         if out not in INT_RANGES and out not in FLOAT8:
             raise KernelError(f"{label}: y_zero_point type {out} is not int8, uint8 or float8")
         a_s, a_z = (_row_param(label, n, p, a) for n, p in (("a_scale", a_scale), ("a_zero_point", a_zp)))
         b_s, b_z = _col_param(b_scale), _col_param(b_zp)
         if a.dtype in FLOAT8 or b.dtype in FLOAT8:
-            acc = np.matmul(_shifted(a, a_z, np.float32), _shifted(b, b_z, np.float32))
+            acc = np.matmul(zero_point_shifted(a, a_z, np.float32), zero_point_shifted(b, b_z, np.float32))
         else:
-            _check_int8(label, "a", a)
-            _check_int8(label, "b", b)
-            acc = _int_matmul(label, a, b, a_z, b_z)
+            check_int8(label, "a", a)
+            check_int8(label, "b", b)
+            acc = int_matmul(label, a, b, a_z, b_z)
         # the combined rescale runs in double: the exact accumulator times the multiplier is then
         # rounded once, to the output's integers
         y_s = _scalar(label, "y_scale", y_scale).astype(np.float64)
@@ -177,12 +179,12 @@ def _int_conv(label: str, conv, x, w, x_zp, w_zp, bias=None) -> np.ndarray:
         raise KernelError(f"{label}: input rank {x.ndim} and weight rank {w.ndim} do not describe a convolution")
     if x_zp is not None and x_zp.size != 1:
         raise KernelError(f"{label}: x_zero_point must be a scalar, got shape {x_zp.shape}")
-    dt = _exact_float(math.prod(w.shape[1:]))
+    dt = exact_float(math.prod(w.shape[1:]))
     if bias is not None:
         # an int32 bias on top of the accumulator only stays exact in double
         dt = np.float64
-    xs = _shifted(x, None if x_zp is None else x_zp.reshape(()), dt)
-    ws = _shifted(w, _per_channel(label, "w_zero_point", w_zp, w.shape[0], w.ndim, 0), dt)
+    xs = zero_point_shifted(x, None if x_zp is None else x_zp.reshape(()), dt)
+    ws = zero_point_shifted(w, _per_channel(label, "w_zero_point", w_zp, w.shape[0], w.ndim, 0), dt)
     return conv(xs, ws, None if bias is None else bias.astype(dt))[0]
 
 
@@ -192,11 +194,11 @@ def _conv_integer(node: Node, opset: int):
     conv = conv_factory(node, opset)  # geometry attributes are Conv's: auto_pad, pads, strides, ...
 
     def kernel(x, w, x_zp=None, w_zp=None):
-        _check_int8(label, "x", x)
-        _check_int8(label, "w", w)
-        _zp_type(label, "x_zero_point", x_zp, x)
-        _zp_type(label, "w_zero_point", w_zp, w)
-        return (_to_int32(_int_conv(label, conv, x, w, x_zp, w_zp)),)
+        check_int8(label, "x", x)
+        check_int8(label, "w", w)
+        check_zero_point_type(label, "x_zero_point", x_zp, x)
+        check_zero_point_type(label, "w_zero_point", w_zp, w)
+        return (to_int32(_int_conv(label, conv, x, w, x_zp, w_zp)),)
 
     return kernel
 
@@ -207,15 +209,15 @@ def _qlinear_conv(node: Node, opset: int):
     conv = conv_factory(node, opset)
 
     def kernel(x, x_scale, x_zp, w, w_scale, w_zp, y_scale, y_zp, bias=None):
-        _check_int8(label, "x", x)
-        _check_int8(label, "w", w)
-        _zp_type(label, "x_zero_point", x_zp, x)
-        _zp_type(label, "w_zero_point", w_zp, w)
+        check_int8(label, "x", x)
+        check_int8(label, "w", w)
+        check_zero_point_type(label, "x_zero_point", x_zp, x)
+        check_zero_point_type(label, "w_zero_point", w_zp, w)
         if y_zp is None:
             out = x.dtype
         else:
             out = y_zp.dtype
-            _check_int8(label, "y_zero_point", y_zp)
+            check_int8(label, "y_zero_point", y_zp)
         if bias is not None and bias.dtype != np.int32:
             raise KernelError(f"{label}: bias must be int32, got {bias.dtype}")
         acc = _int_conv(label, conv, x, w, x_zp, w_zp, bias)

@@ -31,7 +31,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
-from .pool import _PoolAttrs, _window_sum
+from .pool import PoolAttrs, window_sum
 from .qlinear_contrib import DOMAIN, check_qtype, scale_of, zero_point_of
 from .quantize import saturate_to
 
@@ -85,7 +85,7 @@ def _qlinear_average_pool(node: Node, opset: int):
     label = node.label
     if node.attr("dilations") is not None:
         raise KernelError(f"{label}: QLinearAveragePool has no 'dilations' attribute")
-    pa = _PoolAttrs(node, opset, dilations_allowed=False, ceil_allowed=True)
+    pa = PoolAttrs(node, opset, dilations_allowed=False, ceil_allowed=True)
     include_pad = bool(node.attr("count_include_pad", 0))
     channels_last = _channels_last(node)
     full = _F32(math.prod(pa.kernel))
@@ -102,7 +102,7 @@ def _qlinear_average_pool(node: Node, opset: int):
                 xf -= _F32(xz)
             xf *= xs
             with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-                q = _window_sum(xf, g) / (full if include_pad else pa.counts(xn.shape, False).astype(_F32))
+                q = window_sum(xf, g) / (full if include_pad else pa.counts(xn.shape, False).astype(_F32))
                 q /= ys
                 q += _F32(yz)
             y = saturate_to(label, q, x.dtype)

@@ -205,7 +205,8 @@ def _dequantize_linear(node: Node, opset: int):
 # ---------------------------------------------------------------------------------------------
 
 @register("DynamicQuantizeLinear", since=11)
-def _dynamic_quantize_linear(node: Node, opset: int):
+def dynamic_quantize_linear(node: Node, opset: int):
+    """DynamicQuantizeLinear's factory (also the first step of com.microsoft DynamicQuantizeMatMul)."""
     label = node.label
 
     def kernel(x):

@@ -88,7 +88,7 @@ def _activations(node: Node, defaults: tuple[str, ...], num_dirs: int) -> list[_
     return [_Role([specs[d * n + k] for d in range(num_dirs)]) for k in range(n)]
 
 
-class _Config:
+class RnnConfig:
     """Attributes shared by the three cells, read and checked once per node."""
 
     def __init__(self, node: Node, opset: int, n_gates: int, default_acts: tuple[str, ...]):
@@ -126,12 +126,12 @@ def _check_shape(label: str, name: str, arr, shape) -> None:
         raise KernelError(f"{label}: input '{name}' has shape {tuple(arr.shape)}, expected {tuple(shape)}")
 
 
-class _Sequence:
+class RnnSequence:
     """The time-major inputs of one run: X projected through W for every time step and direction
     (plus the biases that can be folded in), reordered so that step s of every direction reads
     xw[:, s] (reverse directions run each sequence back to front within its own length)."""
 
-    def __init__(self, cfg: _Config, x, w, r, b, seq_lens, fold_bias):
+    def __init__(self, cfg: RnnConfig, x, w, r, b, seq_lens, fold_bias):
         label = cfg.label
         if x.ndim != 3:
             raise KernelError(f"{label}: input 'X' must be 3-D, got shape {tuple(x.shape)}")
@@ -178,7 +178,7 @@ class _Sequence:
         # (T, 1, B, 1) validity per step, broadcasting over directions and hidden units
         self.valid = None if self.lens is None else (steps < self.lens)[:, None, :, None]
 
-    def initial(self, cfg: _Config, name: str, value):
+    def initial(self, cfg: RnnConfig, name: str, value):
         """An initial state as (D, B, H) in the compute type; zeros when omitted."""
         D, nb, H = cfg.num_dirs, self.batch, self.H
         if value is None:
@@ -188,7 +188,7 @@ class _Sequence:
         _check_shape(cfg.label, name, value, (D, nb, H))
         return value.astype(self.cdt)
 
-    def run(self, cfg: _Config, step, states):
+    def run(self, cfg: RnnConfig, step, states):
         """Loop over the time steps: ``step(xw_s, *states) -> new states`` (the first is H). Returns
         (Y or None, final states) with Y as (T, D, B, H) in original time order."""
         want_y = cfg.outputs and cfg.outputs[0]
@@ -212,7 +212,7 @@ class _Sequence:
                     y[:, d] = back
         return y, states
 
-    def outputs(self, cfg: _Config, y, states) -> tuple:
+    def outputs(self, cfg: RnnConfig, y, states) -> tuple:
         """Y, Y_h[, Y_c] in the node's layout and type; None for outputs the node omits."""
         res = []
         if y is not None and cfg.layout:
@@ -240,12 +240,12 @@ def _check_x(label: str, x) -> None:
 @register("RNN", since=1)
 def _rnn(node: Node, opset: int):
     """Ht = f(Xt*W^T + Ht-1*R^T + Wb + Rb)."""
-    cfg = _Config(node, opset, 1, ("Tanh",))
+    cfg = RnnConfig(node, opset, 1, ("Tanh",))
     f = cfg.roles[0]
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None):
         _check_x(cfg.label, x)
-        seq = _Sequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
+        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
         r_t = seq.r_t
 
         def step(xw, h):
@@ -266,7 +266,7 @@ def _gru(node: Node, opset: int):
     """z = f(Xt*Wz + Ht-1*Rz + b), r = f(Xt*Wr + Ht-1*Rr + b),
     h~ = g(Xt*Wh + (r . Ht-1)*Rh + Rbh + Wbh), or with linear_before_reset
     h~ = g(Xt*Wh + r . (Ht-1*Rh + Rbh) + Wbh); Ht = (1 - z) . h~ + z . Ht-1."""
-    cfg = _Config(node, opset, 3, ("Sigmoid", "Tanh"))
+    cfg = RnnConfig(node, opset, 3, ("Sigmoid", "Tanh"))
     lbr = bool(node.attr("linear_before_reset", 0)) if opset >= 3 else False
     f, g = cfg.roles
 
@@ -279,7 +279,7 @@ def _gru(node: Node, opset: int):
         fold = np.ones(3 * H)
         if lbr:
             fold[2 * H:] = 0
-        seq = _Sequence(cfg, x, w, r, b, seq_lens, fold_bias=fold)
+        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=fold)
         r_t = seq.r_t
         r_zr, r_h = r_t[..., :2 * H], r_t[..., 2 * H:]
         rbh = None if seq.rb is None or not lbr else seq.rb[:, None, 2 * H:]
@@ -315,13 +315,13 @@ def _lstm(node: Node, opset: int):
     """Gates in order i, o, f, c: i = f(.. + Pi . Ct-1), f = f(.. + Pf . Ct-1) (or 1 - i with
     input_forget), c~ = g(..), Ct = f . Ct-1 + i . c~, o = f(.. + Po . Ct), Ht = o . h(Ct).
     clip bounds the inputs of f and g (not of h, as in onnxruntime)."""
-    cfg = _Config(node, opset, 4, ("Sigmoid", "Tanh", "Tanh"))
+    cfg = RnnConfig(node, opset, 4, ("Sigmoid", "Tanh", "Tanh"))
     input_forget = bool(node.attr("input_forget", 0))
     f, g, h_act = cfg.roles
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):
         _check_x(cfg.label, x)
-        seq = _Sequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
+        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
         H, r_t = seq.H, seq.r_t
         peep = None
         if p is not None:
