@@ -443,5 +443,28 @@ def test_attention_with_computed_mask_added_first_and_old_opset_is_fused():
     b.nodes.insert(b.nodes.index(add), b.nodes.pop())
     keep = np.ones((2, 5), np.float32)
     keep[1, 3:] = 0
-    ops, _ = run_both(b.model([("x", F, [2, 5, 16]), ("keep", F, [2, 5])], [y]), {"x": rand(2, 5, 16), "keep": keep})
-    assert "SelfAttention" in ops and "Softmax" not in ops
+    model = b.model([("x", F, [2, 5, 16]), ("keep", F, [2, 5])], [y])
+    feeds = {"x": rand(2, 5, 16), "keep": keep}
+    ops, ref = run_both(model, feeds)
+    # (1 - keep[:, None, None, :]) * c is onnxruntime's 2-D mask_index with mask_filter_value c
+    assert "Attention" in ops and "Cast" in ops and "SelfAttention" not in ops and "Softmax" not in ops
+    np.testing.assert_allclose(_onnxruntime_runs_the_optimized_model(model, feeds)[0], ref[0], rtol=1e-4, atol=1e-5)
+
+
+def test_bert_key_mask_of_int64_ids_becomes_the_attention_mask_index():
+    """As PyTorch exports BERT at opset 13+: an int64 (B, S) attention_mask, two Unsqueezes with axes
+    inputs, a Cast to float, (1 - m) * finfo.min; both layers share one Cast to int32."""
+    b = Builder(opset=14)
+    m4 = b.op("Unsqueeze", b.op("Unsqueeze", "attention_mask", b.const([1], np.int64)), b.const([2], np.int64))
+    ext = b.op("Mul", b.op("Sub", b.const(1.0), b.op("Cast", m4, to=TensorProto.FLOAT)),
+               b.const(float(np.finfo(np.float32).min)))
+    x = "x"
+    for _ in range(2):
+        x = b.attention(x, 16, 4, mask=ext)
+    model = b.model([("x", F, [2, 6, 16]), ("attention_mask", TensorProto.INT64, [2, 6])], [x])
+    mask = np.ones((2, 6), np.int64)
+    mask[1, 4:] = 0
+    feeds = {"x": rand(2, 6, 16), "attention_mask": mask}
+    ops, ref = run_both(model, feeds)
+    assert ops.count("Attention") == 2 and "SelfAttention" not in ops and ops.count("Cast") == 2  # the model's + one
+    np.testing.assert_allclose(_onnxruntime_runs_the_optimized_model(model, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)

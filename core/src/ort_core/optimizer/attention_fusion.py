@@ -4,8 +4,10 @@ Q/K/V weights packed once (the q.k scale folded into Q). Cross-attention is left
 
 The node is onnxruntime's ``com.microsoft::Attention`` (``scale`` 1, the scale being in the weights)
 when it can take the mask: none, a constant causal ``Where`` condition (``unidirectional``), an additive
-mask of shape (B or 1, H or 1, S, S) (its ``attention_bias``). Other masks (an additive (B, 1, 1, S) one,
-as BERT exports take it, for one) make ``ort_core::SelfAttention`` (providers/cpu/ops/fused_transformer.py).
+mask of shape (B or 1, H or 1, S, S) (its ``attention_bias``), BERT's ``(1 - keep[:, None, None, :]) * c``
+over a 2-D key mask (its ``mask_index``, cast to int32 once, with ``mask_filter_value`` c). Other masks (an
+additive (B, 1, 1, S) mask fed as an input, for one) make ``ort_core::SelfAttention``
+(providers/cpu/ops/fused_transformer.py).
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 
 from ..ir.graph import Node
 from .gelu_fusion import scaled
-from .rewrite import CONTRIB, DOMAIN, Matcher
+from .rewrite import CONTRIB, DOMAIN, Matcher, fresh_name
 
 HEADS, KEYS_T = [0, 2, 1, 3], [0, 2, 3, 1]
 
@@ -51,10 +53,63 @@ def _node_for(m: Matcher, inputs: list[str], heads: int) -> tuple[str, str, list
     onnxruntime's Attention where it can take the mask, else ort-core's SelfAttention."""
     x, weight, bias, mask, cond, fill = inputs
     causal = bool(cond) and _causal(m, cond, fill)
-    if (not cond or causal) and (not mask or _attention_bias(m, mask, x, heads)):
+    if not cond or causal:
         attrs = {"num_heads": heads, "scale": 1.0, **({"unidirectional": 1} if causal else {})}
-        return "Attention", CONTRIB, _trimmed([x, weight, bias, "", "", mask]), attrs
+        if not mask or _attention_bias(m, mask, x, heads):
+            return "Attention", CONTRIB, _trimmed([x, weight, bias, "", "", mask]), attrs
+        keep = _key_mask(m, mask, x)
+        if keep is not None and m.makes("Attention", CONTRIB):
+            raw, fill_value = keep
+            attrs["mask_filter_value"] = fill_value
+            return "Attention", CONTRIB, [x, weight, bias, _as_int32(m, raw)], attrs
     return "SelfAttention", DOMAIN, _trimmed(inputs), {"num_heads": heads}
+
+
+def _key_mask(m: Matcher, mask: str, x: str) -> tuple[str, float] | None:
+    """(keep, c) when the additive mask is ``(1 - keep[:, None, None, :]) * c`` over a 2-D (B, S) 0/1 mask
+    of the keys, as BERT exports compute it: onnxruntime's Attention takes ``keep`` as its mask_index (a key
+    whose mask is 0 gets ``mask_filter_value`` = c added to its scores), which is the same for 0/1 masks."""
+    found = scaled(m, m.producer(mask, "Mul"))
+    sub = m.producer(found[0], "Sub") if found is not None else None
+    if sub is None or m.scalar(sub.inputs[0]) != 1.0:
+        return None
+    src = sub.inputs[1]
+    if (cast := m.producer(src, "Cast")) is not None:
+        src = cast.inputs[0]
+    axes: list[int] = []
+    while (unsqueeze := m.producer(src, "Unsqueeze")) is not None:
+        step = unsqueeze.attr("axes")
+        if step is None and len(unsqueeze.inputs) > 1:
+            step = m.const(unsqueeze.inputs[1])
+        if step is None:
+            return None
+        axes = [int(a) for a in np.asarray(step).reshape(-1)] + axes
+        src = unsqueeze.inputs[0]
+    shape, x_shape = m.shape(src), m.shape(x)
+    if sorted(axes) != [1, 2] or shape is None or x_shape is None or len(shape) != 2:
+        return None
+    if shape[0] != x_shape[0] or shape[1] != x_shape[1]:
+        return None
+    return src, found[1]
+
+
+def _as_int32(m: Matcher, name: str) -> str:
+    """``name`` as int32 (the type of onnxruntime's mask_index): itself, or one Cast made once per value."""
+    t = m.graph.type_of(name)
+    if t is not None and t.elem_type == 6:
+        return name
+    for reader in m.readers(name):
+        if reader.op_type == "Cast" and reader.attr("to") == 6 and reader.name.endswith("_mask_index"):
+            return reader.outputs[0]
+    out = fresh_name(m.graph, f"{name}_int32")
+    cast = Node("Cast", [name], [out], {"to": 6}, name=f"{name}_mask_index", id=max(m.by_id, default=0) + 1)
+    producer = m.producers.get(name)
+    at = m.graph.nodes.index(producer) + 1 if producer is not None else 0
+    m.graph.nodes.insert(at, cast)
+    m.by_id[cast.id] = cast
+    m.producers[out] = cast
+    m.consumers.setdefault(name, []).append(cast)
+    return out
 
 
 def _trimmed(inputs: list[str]) -> list[str]:
