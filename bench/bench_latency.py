@@ -235,11 +235,7 @@ def main() -> None:
             print(f"{name}: other providers timed", flush=True)
     meta["load"] = (load_start, _load())
     text = report.markdown(results, extra_rows, meta, failed)
-    print(f"\n{text}\n({time.perf_counter() - t_start:.0f} s)")
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"Markdown written to {args.markdown}")
+    measure.publish(text, args.markdown, time.perf_counter() - t_start)
 
 
 if __name__ == "__main__":

@@ -284,11 +284,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - one broken model must not cost the whole run
                 print(f"{n}: failed: {type(e).__name__}: {e}", flush=True)
     text = markdown(rows, info, batches, meta)
-    print(f"\n{text}\n({time.perf_counter() - t0:.0f} s)")
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"Markdown written to {args.markdown}")
+    measure.publish(text, args.markdown, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -295,3 +295,13 @@ def floor_fn(steps: list[dict]):
 
 if __name__ == "__main__":
     _peak_worker(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]))
+
+
+# ------------------------------------------------------------------------------------------- output
+def publish(text: str, path: str | None, seconds: float | None = None) -> None:
+    """Print a bench's Markdown (and how long the run took), and write it to ``path`` when one is given."""
+    print(f"\n{text}" + (f"\n({seconds:.0f} s)" if seconds is not None else ""))
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        print(f"Markdown written to {path}")

@@ -277,11 +277,7 @@ def main() -> int:
     rows.sort(key=lambda r: (order[r["id"]], rank[r["provider"]]))
     meta["seconds"], meta["load"] = time.perf_counter() - t0, (load_start, _load())
     text = markdown(entries, rows, meta)
-    print(f"\n{text}")
-    if args.markdown:
-        with open(args.markdown, "w", encoding="utf-8") as f:
-            f.write(text)
-        print(f"Markdown written to {args.markdown}")
+    measure.publish(text, args.markdown)
     return 0
 
 

@@ -94,12 +94,13 @@ def _key_mask(m: Matcher, mask: str, x: str) -> tuple[str, float] | None:
 
 
 def _as_int32(m: Matcher, name: str) -> str:
-    """``name`` as int32 (the type of onnxruntime's mask_index): itself, or one Cast made once per value."""
+    """``name`` as int32 (the type of onnxruntime's mask_index): itself, a Cast to int32 of it already in the
+    graph (the one made for an earlier layer), or a new one."""
     t = m.graph.type_of(name)
     if t is not None and t.elem_type == 6:
         return name
     for reader in m.readers(name):
-        if reader.op_type == "Cast" and reader.attr("to") == 6 and reader.name.endswith("_mask_index"):
+        if reader.op_type == "Cast" and reader.attr("to") == 6:
             return reader.outputs[0]
     out = fresh_name(m.graph, f"{name}_int32")
     cast = Node("Cast", [name], [out], {"to": 6}, name=f"{name}_mask_index", id=max(m.by_id, default=0) + 1)

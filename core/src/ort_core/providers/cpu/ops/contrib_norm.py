@@ -36,31 +36,10 @@ _F64 = np.dtype(np.float64)
 _STASH = {1: _F32, 11: _F64}  # SimplifiedLayerNormalization's inv_std_var types (float, double)
 
 
-def _layer_norm(s: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float) -> np.ndarray:
-    """LayerNorm of s over its last axis into a new array; 16-bit floats computed in float32."""
-    cdt = np.dtype(np.float32) if s.dtype.itemsize < 4 else s.dtype
-    width = s.shape[-1]
-    rows = s.reshape(-1, 1, width)
-    # row means and variances as batched dot products: BLAS is much faster than numpy's reductions here
-    mean = np.matmul(rows.astype(cdt, copy=False), np.full((width, 1), 1.0 / width, cdt))
-    y = np.subtract(rows, mean, dtype=cdt)
-    var = np.matmul(y, y.transpose(0, 2, 1))
-    var *= cdt.type(1.0 / width)
-    var += cdt.type(epsilon)
-    np.sqrt(var, out=var)
-    np.reciprocal(var, out=var)
-    y *= var
-    y *= gamma
-    if beta is not None:
-        y += beta
-    return y.reshape(s.shape).astype(s.dtype, copy=False)
-
-
 def _row_norm(x2: np.ndarray, epsilon: float, cdt: np.dtype, centered: bool):
     """Rows of the 2-D x2 normalized in dtype cdt (centered: layer norm, else RMS norm) into a new array:
     (y, mean (R, 1) or None, inv_std (R, 1)). Row statistics are batched dot products, which BLAS runs
-    much faster than numpy's reductions (as _layer_norm does; this one also hands back
-    the statistics and the RMS form)."""
+    much faster than numpy's reductions."""
     n_rows, width = x2.shape
     rows = x2.astype(cdt, copy=False).reshape(n_rows, 1, width)
     mean = None
@@ -80,6 +59,16 @@ def _row_norm(x2: np.ndarray, epsilon: float, cdt: np.dtype, centered: bool):
         y *= inv_std
     return (y.reshape(n_rows, width), None if mean is None else mean.reshape(n_rows, 1),
             inv_std.reshape(n_rows, 1))
+
+
+def _layer_norm(s: np.ndarray, gamma: np.ndarray, beta: np.ndarray | None, epsilon: float) -> np.ndarray:
+    """LayerNorm of s over its last axis into a new array; 16-bit floats computed in float32."""
+    cdt = np.dtype(np.float32) if s.dtype.itemsize < 4 else s.dtype
+    y = _row_norm(s.reshape(-1, s.shape[-1]), epsilon, cdt, centered=True)[0]
+    y *= gamma
+    if beta is not None:
+        y += beta
+    return y.reshape(s.shape).astype(s.dtype, copy=False)
 
 
 def _check_affine(label: str, x: np.ndarray, **params) -> None:

@@ -184,13 +184,18 @@ def _qlinear_leaky_relu(node: Node, opset: int):
 # QLinearConcat
 # ---------------------------------------------------------------------------------------------
 
+def _required_int(node: Node, name: str) -> int:
+    """An int attribute the op's schema requires; KernelError naming it when the node lacks it."""
+    value = node.attr(name)
+    if value is None:
+        raise KernelError(f"{node.label}: required attribute '{name}' is missing")
+    return int(value)
+
+
 @register("QLinearConcat", since=1, domain=DOMAIN)
 def _qlinear_concat(node: Node, opset: int):
     label = node.label
-    axis_attr = node.attr("axis")
-    if axis_attr is None:
-        raise KernelError(f"{label}: required attribute 'axis' is missing")
-    axis_attr = int(axis_attr)
+    axis_attr = _required_int(node, "axis")
 
     def kernel(*inputs):
         if len(inputs) < 5 or (len(inputs) - 2) % 3:
@@ -234,10 +239,7 @@ _DIFFS = np.arange(-255, 1, dtype=np.float64)  # x - max(x) over a row of 8-bit 
 @register("QLinearSoftmax", since=1, domain=DOMAIN)
 def _qlinear_softmax(node: Node, opset: int):
     label = node.label
-    op_opset = node.attr("opset")
-    if op_opset is None:
-        raise KernelError(f"{label}: required attribute 'opset' is missing")
-    flatten = int(op_opset) < 13
+    flatten = _required_int(node, "opset") < 13
     axis_attr = int(node.attr("axis", -1))
 
     def kernel(x, x_scale, x_zp=None, y_scale=None, y_zp=None):
