@@ -65,6 +65,9 @@ class ExecutionPlan:
         self._routes: dict[Any, Route] = {}
         self._routes_lock = threading.Lock()
         self.context = RunContext()  # the session's limits; the session sets its own
+        self.stream_slots: tuple[int, ...] = ()  # slots of the run's streams (synchronized after a failure)
+        self.arenas: tuple[tuple[int, Any], ...] = ()  # (slot, BlockPool) of the run's planned memory
+        self.exclusive: threading.Lock | None = None  # set when a kernel needs stable addresses
 
     def slot(self, name: str, device: Device = HOST) -> int:
         key = (name, device)
@@ -118,9 +121,41 @@ class ExecutionPlan:
             frame[s] = v
         return self.walk(frame, steps, want, run_options, max_bytes)
 
+    def walk(self, frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,
+             max_bytes: int) -> list[Any]:
+        """Run ``steps`` over a filled ``frame`` (the one loop every run and graph body goes through).
+
+        One call at a time when a kernel needs stable addresses. After a failure the run's streams are
+        synchronized (their errors dropped: the first failure is the one reported) before its planned
+        memory goes back to the pool, so no work of a failed run touches memory a later run uses."""
+        if self.exclusive is None:
+            return self._walk(frame, steps, want, run_options, max_bytes)
+        with self.exclusive:
+            return self._walk(frame, steps, want, run_options, max_bytes)
+
+    def _walk(self, frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,
+              max_bytes: int) -> list[Any]:
+        try:
+            return self._steps(frame, steps, want, run_options, max_bytes)
+        except BaseException:
+            self._abandon(frame)
+            raise
+
+    def _abandon(self, frame: list[Any]) -> None:
+        for s in self.stream_slots:
+            if frame[s] is not None:
+                try:
+                    frame[s].synchronize()
+                except Exception:  # noqa: BLE001 - the run's first failure is the one reported
+                    pass
+        for s, pool in self.arenas:
+            if frame[s] is not None:
+                pool.give(frame[s])
+                frame[s] = None
+
     @staticmethod
-    def walk(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options, max_bytes: int) -> list[Any]:
-        """Run ``steps`` over a filled ``frame`` (the one loop every run and graph body goes through)."""
+    def _steps(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,
+               max_bytes: int) -> list[Any]:
         get = frame.__getitem__
         for kernel, ins, outs, release, label, _ in steps:
             if run_options is not None and run_options.terminate:

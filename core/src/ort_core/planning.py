@@ -15,10 +15,13 @@ from typing import Any
 
 import numpy as np
 
+from .arenas import MemoryPlanner, Target
 from .errors import InvalidGraph, KernelError
 from .ir.types import np_dtype
 from .memory.device import HOST, Device
+from .memory.planned import overlaps
 from .memory.stream import synchronize_all
+from .memory.tensor import DeviceTensor
 from .plan import ExecutionPlan, PlanBuilder, checked_kernel
 from .plugins.kernel import ContextKernel, KernelContext, allocate
 from .profiling import SYNC_LABEL
@@ -48,7 +51,9 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         b.define(v.name, HOST, inits.get(v.name))
     for name in outer:
         b.define(name, HOST)
-    streams = _Streams(b, instances, {p.provider.name for p in placed})
+    memory = MemoryPlanner(b, (v.name for v in graph.outputs))
+    memory.stable = any(isinstance(p.kernel, ContextKernel) and p.kernel.stable_addresses for p in placed)
+    streams = _Streams(b, instances, {p.provider.name for p in placed}, memory, graph)
     transfer = Transfers(instances[name] for name in dict.fromkeys(p.provider.name for p in placed)).find
     for p in placed:
         ep, sub = p.provider, p.subgraph
@@ -57,11 +62,14 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         outs = [b.define(n, device) for n in sub.outputs]
         kernel = p.kernel
         if isinstance(kernel, ContextKernel):
-            kernel = _context_step(kernel, ep, _static_outputs(graph, sub.outputs), p.label)
+            kernel, arena = _context_step(kernel, ep, sub, graph, memory, own, ins, outs, p.label)
             if own is not None:
                 ins.append(own)
+            if arena is not None:
+                ins.append(arena)
         if check_outputs:
             kernel = checked_kernel(kernel, sub.outputs, graph, p.label)
+        memory.on_stream(own)
         b.add(kernel, ins, outs, p.label)
         for s in outs:
             streams.written_on[s] = own
@@ -73,6 +81,8 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         output_slots[v.name] = slot
         b.keep.add(slot)
     streams.finish()
+    memory.finish()
+    b.plan.stream_slots = tuple(streams.slots.values())
     return b.finish(), output_slots
 
 
@@ -80,8 +90,9 @@ class _Streams:
     """The stream slots of a plan's asynchronous providers, which slot each value was written on, and the
     copy and wait steps that keep the order between streams and the host."""
 
-    def __init__(self, b: PlanBuilder, instances: dict[str, Any], used: set[str]) -> None:
-        self.b, self.instances = b, instances
+    def __init__(self, b: PlanBuilder, instances: dict[str, Any], used: set[str], memory: MemoryPlanner,
+                 graph) -> None:
+        self.b, self.instances, self.memory, self.graph = b, instances, memory, graph
         self.slots: dict[str, int] = {}
         self.written_on: dict[int, int | None] = {}  # value slot -> stream slot of the work writing it
         for name in sorted(used):
@@ -115,19 +126,27 @@ class _Streams:
         to_host = device.is_host and producer is not None  # on the producer's stream, then the host waits
         if name in b.constants or not hasattr(t, "copy_into") or (consumer is None and not to_host):
             self._wait(producer, None, label)  # a synchronous copy reads what the producing stream wrote
+            if name not in b.constants:
+                self.memory.on_stream(None)
             return b.read(name, device, t, label)  # at build for constants, else one synchronous copy step
         dst_slot = b.plan.slot(name, device)
         b.copies[key] = dst_slot
         text = f"copy of '{name}' {src} -> {device}"
         if to_host:
+            self.memory.on_stream(producer)
             b.add(_copy_to_host(t), (src_slot, producer), (dst_slot,), text, copy=True)
             self.written_on[dst_slot] = None
             return dst_slot
         allocator = self._allocator(device)  # from here on the reader is on a stream: the copy goes there
+        static = _static_outputs(self.graph, [name])[0]
+        target, arena = self.memory.target(name, device, consumer, allocator, static)
+        extra = () if arena is None else (arena,)
+        self.memory.on_stream(consumer)
         if producer is not None and producer != consumer:  # another stream wrote it: an event first
-            b.add(_copy_after(t, allocator), (src_slot, producer, consumer), (dst_slot,), text, copy=True)
+            copy = _copy_after(t, allocator, target)
+            b.add(copy, (src_slot, producer, consumer, *extra), (dst_slot,), text, copy=True)
         else:
-            b.add(_copy_on(t, allocator), (src_slot, consumer), (dst_slot,), text, copy=True)
+            b.add(_copy_on(t, allocator, target), (src_slot, consumer, *extra), (dst_slot,), text, copy=True)
         self.written_on[dst_slot] = consumer
         return dst_slot
 
@@ -173,19 +192,26 @@ def _copy_to_host(t) -> Callable:
     return copy
 
 
-def _copy_on(t, allocator) -> Callable:
-    def copy(value, stream):
-        out = allocate(allocator, tuple(value.shape), value.dtype)
+def _like(allocator, target: Target | None, value: Any, block: Any) -> Any:
+    """The buffer a copy of ``value`` writes: the planned one when its shape is the static one."""
+    if target is None or target.shape != tuple(value.shape) or target.dtype != value.dtype:
+        return allocate(allocator, tuple(value.shape), value.dtype)
+    return target.make(block)
+
+
+def _copy_on(t, allocator, target) -> Callable:
+    def copy(value, stream, block=None):
+        out = _like(allocator, target, value, block)
         t.copy_into(value, out, stream)
         return (out,)
 
     return copy
 
 
-def _copy_after(t, allocator) -> Callable:
-    def copy(value, producer, consumer):
+def _copy_after(t, allocator, target) -> Callable:
+    def copy(value, producer, consumer, block=None):
         consumer.wait(producer.record())
-        out = allocate(allocator, tuple(value.shape), value.dtype)
+        out = _like(allocator, target, value, block)
         t.copy_into(value, out, consumer)
         return (out,)
 
@@ -208,22 +234,54 @@ def _static_outputs(graph, names: Sequence[str]) -> list[tuple[tuple[int, ...], 
     return out
 
 
-def _context_step(kernel: ContextKernel, ep, static: list, label: str) -> Callable:
-    """A plan step calling a ContextKernel: outputs of known static shape allocated before the call from the
-    provider's allocator, the rest through the context; the stream is the step's last input when the
-    provider has one."""
+def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, own: int | None,
+                  ins: list[int], outs: list[int], label: str) -> tuple[Callable, int | None]:
+    """A plan step calling a ContextKernel, and the arena slot it reads (None: nothing planned).
+
+    Outputs of known static shape are pre-allocated: in the run's planned memory when the memory planner
+    takes them, else from the provider's allocator per call; the rest are allocated through the context.
+    Declared views are allowed for values that stay inside the run. The step's inputs are the subgraph's,
+    then the stream when the provider has one, then the arena block when outputs are planned."""
     run, allocator = kernel.run, ep.allocator(ep.device)
     has_stream = ep.asynchronous
+    views = {k: j for k, j in kernel.views.items()
+             if 0 <= k < len(outs) and 0 <= j < len(ins) and memory.may_view(sub.outputs[k])}
+    for k, j in views.items():
+        memory.alias(outs[k], ins[j])
+    targets: list[Target | None] = []
+    arena = None
+    for k, (name, static) in enumerate(zip(sub.outputs, _static_outputs(graph, sub.outputs))):
+        if k in views:
+            targets.append(None)
+            continue
+        target, slot = memory.target(name, ep.device, own, allocator, static)
+        targets.append(target)
+        arena = slot if slot is not None else arena
+    planned = arena is not None
+    n_in = len(ins)
 
     def step(*xs):
-        stream = xs[-1] if has_stream else None
-        inputs = xs[:-1] if has_stream else xs
-        outputs = [None if s is None else allocate(allocator, *s) for s in static]
-        ctx = KernelContext(inputs, outputs, stream, allocator)
+        block = xs[-1] if planned else None
+        stream = xs[n_in] if has_stream else None
+        inputs = xs[:n_in]
+        outputs = [None if t is None else t.make(block) for t in targets]
+        ctx = KernelContext(inputs, outputs, stream, allocator, views)
         run(ctx)
-        if any(o is None for o in ctx.outputs):
-            missing = [k for k, o in enumerate(ctx.outputs) if o is None]
-            raise KernelError(f"{label}: the kernel left output(s) {missing} unallocated")
+        for k, o in enumerate(ctx.outputs):
+            if o is None:
+                missing = [k for k, o in enumerate(ctx.outputs) if o is None]
+                raise KernelError(f"{label}: the kernel left output(s) {missing} unallocated")
+            if type(o) is DeviceTensor:
+                _check_not_shared(o, k, inputs, views, sub, label)
         return ctx.outputs
 
-    return step
+    return step, arena
+
+
+def _check_not_shared(o: DeviceTensor, k: int, inputs, views: dict[int, int], sub, label: str) -> None:
+    """A kernel's output ``k`` shares no bytes with an input unless it is a view it may hand back."""
+    for j, x in enumerate(inputs):
+        if type(x) is DeviceTensor and x.owner is o.owner and views.get(k) != j and overlaps(x, o):
+            raise KernelError(f"{label}: output '{sub.outputs[k]}' shares memory with input '{sub.inputs[j]}' "
+                              "without being declared (and allowed) as a view of it (ContextKernel.views, "
+                              "KernelContext.may_view)")

@@ -88,7 +88,11 @@ OPS: dict[str, Op] = {
     **{name: Op(1, 6, _ufunc(fn), _same_shape) for name, fn in
        {"Tanh": np.tanh, "Exp": np.exp, "Neg": np.negative, "Abs": np.absolute}.items()},
     "MatMul": Op(2, 1, _ufunc(np.matmul), _matmul_shape),
+    "Identity": Op(1, 1, lambda out, x: np.copyto(out, x), _same_shape),
 }
+VIEW_OPS = frozenset({"Identity"})
+"""Ops whose result is their input's memory: an output computed only by them from a subgraph input is
+declared a view of that input (ContextKernel.views), handed back without work when the core allows it."""
 
 
 def unsupported_reason(node: Any, opset: int, type_of: Callable[[str], Any]) -> str | None:
@@ -178,9 +182,14 @@ def compile_subgraph(subgraph: FusedSubgraph, program: Program) -> ContextKernel
     KernelContext holding one device tensor per ``subgraph.inputs``, it works out the output shapes on the
     host, takes the output buffers from the context (pre-allocated by the core where the model fixes their
     shape) and enqueues the arithmetic on the run's stream."""
-    steps = [(OPS[op], ins, out, f"{op} -> '{out}'") for op, ins, out in program]
+    steps = [(OPS[op], ins, out, f"{op} -> '{out}'", op in VIEW_OPS) for op, ins, out in program]
     inputs = tuple(subgraph.inputs)
     out_index = {name: k for k, name in enumerate(subgraph.outputs)}
+    same = {out: ins[0] for op, ins, out in program if op in VIEW_OPS}  # value -> the value it repeats
+    for out in same:
+        while same[out] in same:
+            same[out] = same[same[out]]
+    views = {out_index[out]: inputs.index(src) for out, src in same.items() if out in out_index and src in inputs}
     # Resolved once here so a call is only a walk over ``steps``; nothing is stored between
     # calls, which is what makes the kernel safe to share between threads.
 
@@ -189,8 +198,8 @@ def compile_subgraph(subgraph: FusedSubgraph, program: Program) -> ContextKernel
         if len(xs) != len(inputs):
             raise ValueError(f"expected {len(inputs)} inputs {list(inputs)}, got {len(xs)}")
         meta = {name: (x.shape, x.dtype) for name, x in zip(inputs, xs)}
-        plan = []  # (op, input names, output name, shape, device buffer of a subgraph output or None)
-        for op, names, out_name, label in steps:
+        plan = []  # (op, input names, output name, shape, device buffer of a subgraph output or None, view)
+        for op, names, out_name, label, is_view in steps:
             dtypes = {meta[n][1] for n in names}
             if len(dtypes) > 1:
                 raise TypeError(f"{label}: inputs {list(names)} have different dtypes {sorted(map(str, dtypes))}")
@@ -198,11 +207,16 @@ def compile_subgraph(subgraph: FusedSubgraph, program: Program) -> ContextKernel
             dtype = meta[names[0]][1]
             meta[out_name] = (shape, dtype)
             k = out_index.get(out_name)
-            plan.append((op, names, out_name, shape, None if k is None else ctx.output(k, shape, dtype)))
+            if k is not None and k in views and ctx.may_view(k):  # the input itself: no work, no memory
+                ctx.outputs[k] = xs[views[k]]
+                plan.append((op, names, out_name, shape, None, True))
+                continue
+            plan.append((op, names, out_name, shape, None if k is None else ctx.output(k, shape, dtype),
+                         is_view and k is None))
         tensors = dict(zip(inputs, xs))
         ctx.stream.enqueue(lambda: _compute(plan, tensors), f"subgraph of {len(steps)} node(s)")
 
-    return ContextKernel(run)
+    return ContextKernel(run, views=views)
 
 
 def _compute(plan: list, tensors: dict) -> None:
@@ -211,8 +225,11 @@ def _compute(plan: list, tensors: dict) -> None:
     env = {name: view(t) for name, t in tensors.items()}
     # inf/nan from Exp or Div are results, as on the CPU provider; not worth a warning
     with np.errstate(all="ignore"):
-        for op, names, out_name, shape, target in plan:
+        for op, names, out_name, shape, target, is_view in plan:
             args = [env[n] for n in names]
+            if is_view:  # an intermediate (or allowed output) repeating its input: nothing to compute
+                env[out_name] = args[0]
+                continue
             out = np.empty(shape, args[0].dtype) if target is None else view(target, writable=True)
             op.compute(out, *args)
             out.flags.writeable = False
