@@ -73,10 +73,13 @@ def scenario_mechanism():
         else:
             raise AssertionError(f"{error.__name__} not raised")
     try:
-        onnxruntime.OrtDevice  # noqa: B018
+        onnxruntime.SparseTensor  # noqa: B018
     except AttributeError as e:
         assert "ort-core" in str(e)
-    assert not hasattr(onnxruntime, "ModelCompiler")
+    else:
+        raise AssertionError("onnxruntime.SparseTensor, which ort-core lacks, did not raise AttributeError")
+    assert not hasattr(onnxruntime, "LoraAdapter")
+    assert onnxruntime.get_ep_devices is ort_core.get_ep_devices and onnxruntime.ModelCompiler is ort_core.ModelCompiler
     return {}
 
 

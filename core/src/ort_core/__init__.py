@@ -16,6 +16,22 @@ _blas.choose_kernels_before_numpy()  # must run before anything below imports nu
 from .blas import blas_info
 from .compat import install_as_onnxruntime as install_as_onnxruntime  # "as": exported
 from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
+from .ep_devices import (
+    OrtAllocatorType,
+    OrtDevice,
+    OrtDeviceMemoryType,
+    OrtDeviceVendorId,
+    OrtEpDevice,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+    OrtSyncStream,
+    copy_tensors,
+    get_ep_devices,
+)
+from .ep_selection import OrtExecutionProviderDevicePolicy
 from .errors import (
     ExternalDataError,
     Fail,
@@ -32,8 +48,10 @@ from .errors import (
 )
 from .io_types import ModelMetadata, NodeArg
 from .iobinding import IOBinding
+from .model_compiler import ModelCompiler, OrtCompileApiFlags
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
+from .plugin_library import register_execution_provider_library, unregister_execution_provider_library
 from .session import InferenceSession
 
 __version__ = "0.1.0"
@@ -119,9 +137,12 @@ def enable_telemetry_events() -> None:
 __all__ = [
     "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "ExternalDataError", "Fail",
     "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "KernelError", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtError", "OrtValue", "OrtWarning",
-    "PluginError", "RunOptions", "RunTerminated", "SessionOptions", "blas_info", "custom_op",
-    "disable_telemetry_events", "enable_telemetry_events", "get_all_providers", "get_available_providers",
-    "get_build_info", "get_device", "get_version_string", "register_custom_op", "set_default_logger_severity",
-    "set_seed", "unregister_custom_op",
+    "KernelError", "ModelCompiler", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtAllocatorType",
+    "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId", "OrtEpDevice", "OrtError",
+    "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType", "OrtMemoryInfo",
+    "OrtMemoryInfoDeviceType", "OrtSyncStream", "OrtValue", "OrtWarning", "PluginError", "RunOptions", "RunTerminated",
+    "SessionOptions", "blas_info", "copy_tensors", "custom_op", "disable_telemetry_events", "enable_telemetry_events",
+    "get_all_providers", "get_available_providers", "get_build_info", "get_device", "get_ep_devices",
+    "get_version_string", "register_custom_op", "register_execution_provider_library", "set_default_logger_severity",
+    "set_seed", "unregister_custom_op", "unregister_execution_provider_library",
 ]

@@ -54,10 +54,12 @@ def parse_max_tensor_bytes(config: dict[str, str]) -> int:
 
 @dataclass(frozen=True)
 class RunContext:
-    """What kernels may consult while they run: the size limit and the run's RunOptions (or None)."""
+    """What kernels may consult while they run: the size limit, the run's RunOptions (or None) and the
+    session's thread budget (``threads``: at most that many threads per kernel; 0: every available CPU)."""
 
     max_tensor_bytes: int = DEFAULT_MAX_TENSOR_BYTES
     run_options: Any = None
+    threads: int = 0
 
 
 _CURRENT: ContextVar[RunContext] = ContextVar("ort_core_run_context", default=RunContext())  # noqa: B039 - frozen

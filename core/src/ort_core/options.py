@@ -39,9 +39,6 @@ class ExecutionOrder(enum.IntEnum):
 # once per session, that it has no effect (code written for onnxruntime sets them often: they must not pass
 # silently, and the values that mean what ort-core does anyway must not warn)
 NOT_APPLIED: dict[str, tuple[object, str]] = {
-    "intra_op_num_threads": ((0,), "the CPU provider's matrix products run on numpy's BLAS thread pool (set "
-                                "OPENBLAS_NUM_THREADS or OMP_NUM_THREADS before numpy is imported); other "
-                                "providers take a thread option of their own (DnnlExecutionProvider: num_threads)"),
     "inter_op_num_threads": ((0, 1), "nodes run one after another (ORT_SEQUENTIAL)"),
     "execution_mode": ((0,), "nodes run one after another (ORT_SEQUENTIAL)"),
 }
@@ -55,7 +52,8 @@ class SessionOptions:
                  "inter_op_num_threads", "log_severity_level", "log_verbosity_level", "logid", "enable_cpu_mem_arena",
                  "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads",
                  "enable_profiling", "profile_file_prefix", "optimized_model_filepath", "_config",
-                 "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops", "_initializers")
+                 "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops", "_initializers", "_ep_added",
+                 "_ep_policy", "_ep_delegate")
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -79,6 +77,50 @@ class SessionOptions:
         self._free_dims_by_denotation: dict[str, int] = {}
         self._custom_ops = CustomOpRegistry()
         self._initializers: dict[str, Any] = {}
+        self._ep_added: list[Any] = []  # ep_selection.Added, in the order added
+        self._ep_policy: Any = None
+        self._ep_delegate: Any = None
+
+    # ------------------------------------------------ providers (onnxruntime's plugin-EP API)
+    def add_provider(self, provider_name: str, provider_options: dict | None = None) -> None:
+        """Add a provider by name, with its options, for sessions made with these options and no ``providers=``
+        (providers added explicitly, this way or by add_provider_for_devices, win over a selection policy)."""
+        from .ep_selection import added_provider  # options stand below the provider machinery
+
+        self._ep_added.append(added_provider(provider_name, provider_options))
+
+    def add_provider_for_devices(self, ep_devices: Any, provider_options: dict | None = None) -> None:
+        """Add the provider of ``ep_devices`` (OrtEpDevices of one provider, from ``ort_core.get_ep_devices()``)
+        with ``provider_options``; its ``device_id`` option comes from the device unless given."""
+        from .ep_selection import added_for_devices
+
+        self._ep_added.append(added_for_devices(ep_devices, provider_options))
+
+    def set_provider_selection_policy(self, policy: Any) -> None:
+        """Let an ``ort_core.OrtExecutionProviderDevicePolicy`` choose the providers of sessions made with these
+        options and no ``providers=`` (replaces a delegate set before; ignored when providers were added)."""
+        from .ep_selection import checked_policy
+
+        self._ep_policy, self._ep_delegate = checked_policy(policy), None
+
+    def set_provider_selection_policy_delegate(self, delegate: Any) -> None:
+        """Let ``delegate(ep_devices, model_metadata, runtime_metadata, max_selections) -> [OrtEpDevice]`` choose
+        the providers, in priority order, when a session is made (replaces a policy set before)."""
+        from .ep_selection import checked_delegate
+
+        self._ep_delegate, self._ep_policy = checked_delegate(delegate), None
+
+    def has_providers(self) -> bool:
+        """Whether providers were added, or a policy or delegate set, to choose the providers of sessions."""
+        return bool(self._ep_added) or self._ep_policy is not None or self._ep_delegate is not None
+
+    def _copy(self) -> SessionOptions:
+        """A copy (config entries, overrides, providers and initializers copied; custom ops shared)."""
+        other = SessionOptions()
+        for name in self.__slots__:
+            value = getattr(self, name)
+            setattr(other, name, value.copy() if isinstance(value, (dict, list)) else value)
+        return other
 
     def add_session_config_entry(self, key: str, value: str) -> None:
         self._config[str(key)] = str(value)

@@ -295,15 +295,16 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
     return device
 
 
-_defaults: list = [None, None]  # (registry, its Transfers): made once per registry
+_defaults: list = [None, None]  # ((registry, its generation), its Transfers): made again when providers change
 
 
 def default_transfers() -> Transfers:
     """The transfers of every installed, available provider's default instance (values outside sessions)."""
     registry = get_registry()
-    if _defaults[0] is not registry:
+    key = (registry, registry.generation)
+    if _defaults[0] != key:
         names = {name for name in known_devices().values() if name != CPU}
-        _defaults[:] = [registry, Transfers(registry.default(name) for name in sorted(names))]
+        _defaults[:] = [key, Transfers(registry.default(name) for name in sorted(names))]
     return _defaults[1]
 
 

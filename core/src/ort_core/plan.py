@@ -11,7 +11,7 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -83,7 +83,7 @@ class ExecutionPlan:
         For the run's duration its RunContext (size limit, RunOptions) is published to the kernels
         (ort_core.limits): long loops inside kernels poll the terminate flag through it.
         """
-        ctx = self.context if run_options is None else RunContext(self.context.max_tensor_bytes, run_options)
+        ctx = self.context if run_options is None else replace(self.context, run_options=run_options)
         token = limits.enter(ctx)
         try:
             # IEEE special values are results, not errors (as in onnxruntime): no numpy warnings

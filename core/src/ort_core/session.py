@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 
 from .customops import CustomOpRegistry, global_registry, infer_static_types
+from .ep_devices import OrtMemoryInfo
+from .ep_selection import providers_from_options
 from .epcontext import write_context_model
 from .errors import (
     Fail,
@@ -30,7 +32,7 @@ from .errors import (
     severity,
     warn,
 )
-from .io_types import MemoryInfo, ModelMetadata, NodeArg, SubgraphAssignment, check_feed
+from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .iobinding import IOBinding, checked_input
 from .ir import Model, load_model, save_model
 from .ir.dimensions import override_free_dimensions
@@ -53,6 +55,7 @@ from .plugins.manager import CPU, SessionProvider, get_registry
 from .plugins.provider import SessionContext
 from .plugins.types import FusedSubgraph
 from .profiling import Profiler
+from .threads import BLAS, budget_of
 from .transfers import Transfers
 
 STRICT_KEY = "session.disable_cpu_ep_fallback"
@@ -112,7 +115,14 @@ class InferenceSession:
             else None
         t_start = time.perf_counter_ns()
         self._max_tensor_bytes = parse_max_tensor_bytes(self._sess_options._config)
-        self._limits = RunContext(self._max_tensor_bytes)  # what kernels see at creation and in runs
+        threads = self._sess_options.intra_op_num_threads
+        try:
+            budget = budget_of(threads)
+        except ValueError as e:
+            raise InvalidArgument(f"SessionOptions.{e}") from None
+        BLAS.register(self, threads)  # numpy's BLAS pool follows the largest budget of the live sessions
+        # what kernels see at creation and in runs
+        self._limits = RunContext(self._max_tensor_bytes, threads=budget)
         config = self._sess_options._config
         inference = config.get(SHAPE_INFERENCE_KEY, "isolated")
         if inference not in INFERENCE_MODES:
@@ -132,7 +142,8 @@ class InferenceSession:
         override_free_dimensions(self._model, self._sess_options._free_dims_by_name,
                                  self._sess_options._free_dims_by_denotation)
         self._strict = self._sess_options._config.get(STRICT_KEY, "0") == "1"
-        self._context = SessionContext(dict(config), self._model_path, int(self._sess_options.graph_optimization_level))
+        self._context = SessionContext(dict(config), self._model_path, int(self._sess_options.graph_optimization_level),
+                                       threads)
         # provider instances of this session, closed when it is garbage-collected or at exit
         self._instances: dict[str, SessionProvider] = {}
         self._finalizer = weakref.finalize(self, _close_instances, self._instances)
@@ -151,6 +162,13 @@ class InferenceSession:
     # ------------------------------------------------------------------ build
     def _use_providers(self, registry, providers, provider_options, unknown_raises: bool = False) -> None:
         """Resolve the user's provider list and make this session's instances (old ones closed)."""
+        if not providers and not provider_options:  # the options' providers, policy or delegate (onnxruntime's)
+            chosen = providers_from_options(self._sess_options, self._model, self._strict)
+            providers = chosen if chosen is not None else providers
+        elif self._sess_options.has_providers():
+            warn("Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
+                 "already been configured with providers. InferenceSession will only use the providers passed to "
+                 "InferenceSession().")
         names, options, self._cpu_explicit = _resolve_providers(registry, providers, provider_options, self._strict,
                                                                 unknown_raises)
         _close_instances(self._instances)
@@ -320,7 +338,7 @@ class InferenceSession:
     def get_overridable_initializers(self) -> list[NodeArg]:
         return list(self._overridable)
 
-    def get_input_memory_infos(self) -> list[MemoryInfo]:
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
         """Where each input of get_inputs() is read: the device of the provider whose nodes take it (the first
         such device when several do), host memory ("Cpu") when only host providers read it. An input bound
         there with IOBinding reaches its consumers without a copy."""
@@ -328,13 +346,13 @@ class InferenceSession:
         for (name, device) in self._plan.slots:
             if not device.is_host:
                 devices.setdefault(name, device)
-        return [MemoryInfo.of(devices.get(a.name, HOST)) for a in self._inputs]
+        return [OrtMemoryInfo.of(devices.get(a.name, HOST)) for a in self._inputs]
 
-    def get_output_memory_infos(self) -> list[MemoryInfo]:
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
         """Where each output of get_outputs() is produced: the device of the provider computing it, host
         memory ("Cpu") for the CPU provider. run() copies outputs to the host; an output bound on this device
         with IOBinding is handed over without a copy."""
-        return [MemoryInfo.of(self._plan.location.get(v.name, HOST)) for v in self._model.graph.outputs]
+        return [OrtMemoryInfo.of(self._plan.location.get(v.name, HOST)) for v in self._model.graph.outputs]
 
     def get_modelmeta(self) -> ModelMetadata:
         return ModelMetadata.from_model(self._model)

@@ -4,10 +4,13 @@ InferenceSession, is InferenceSession itself: ort-core has one class)."""
 
 from __future__ import annotations
 
+from ..ep_devices import OrtDevice, OrtDeviceVendorId, copy_tensors
 from ..iobinding import IOBinding
+from ..model_compiler import ModelCompiler
 from ..ortvalue import OrtValue
 from ..session import InferenceSession
 
 Session = InferenceSession
 
-__all__ = ["IOBinding", "InferenceSession", "OrtValue", "Session"]
+__all__ = ["IOBinding", "InferenceSession", "ModelCompiler", "OrtDevice", "OrtDeviceVendorId", "OrtValue", "Session",
+           "copy_tensors"]

@@ -16,6 +16,20 @@ from .. import (
     set_default_logger_severity,
     set_seed,
 )
+from ..ep_devices import (
+    OrtAllocatorType,
+    OrtDeviceMemoryType,
+    OrtEpDevice,
+    OrtHardwareDevice,
+    OrtHardwareDeviceType,
+    OrtMemoryInfo,
+    OrtMemoryInfoDeviceType,
+    OrtMemType,
+    OrtSyncStream,
+    copy_tensors,
+    get_ep_devices,
+)
+from ..ep_selection import OrtExecutionProviderDevicePolicy
 from ..errors import (
     EPFail,
     Fail,
@@ -27,9 +41,11 @@ from ..errors import (
     RuntimeException,
 )
 from ..io_types import ModelMetadata, NodeArg
+from ..model_compiler import OrtCompileApiFlags
 from ..onnxruntime_dist import ONNXRUNTIME_API_VERSION, native_tooling_function
 from ..options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from ..ortvalue import OrtValue
+from ..plugin_library import register_execution_provider_library, unregister_execution_provider_library
 
 
 def get_version_string() -> str:
@@ -46,6 +62,10 @@ def __getattr__(name: str) -> Any:
 
 __all__ = ["EPFail", "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InvalidArgument",
            "InvalidGraph", "InvalidProtobuf", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplemented",
-           "OrtValue", "RunOptions", "RuntimeException", "SessionOptions", "disable_telemetry_events",
-           "enable_telemetry_events", "get_all_providers", "get_available_providers", "get_build_info", "get_device",
-           "get_version_string", "set_default_logger_severity", "set_seed"]
+           "OrtAllocatorType", "OrtCompileApiFlags", "OrtDeviceMemoryType", "OrtEpDevice",
+           "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType",
+           "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtSyncStream", "OrtValue", "RunOptions", "RuntimeException",
+           "SessionOptions", "copy_tensors", "disable_telemetry_events", "enable_telemetry_events",
+           "get_all_providers", "get_available_providers", "get_build_info", "get_device", "get_ep_devices",
+           "get_version_string", "register_execution_provider_library", "set_default_logger_severity", "set_seed",
+           "unregister_execution_provider_library"]

@@ -52,6 +52,7 @@ class PluginRegistry:
         self.skipped: dict[str, str] = {}  # plugin name -> why it was skipped
         self._defaults: dict[str, SessionProvider] = {}
         self._defaults_lock = threading.Lock()
+        self.generation = 0  # changes whenever providers are added or removed after discovery
 
     # ---------------------------------------------------------------- discovery
     def load(self) -> PluginRegistry:
@@ -65,6 +66,28 @@ class PluginRegistry:
                 continue
             self._add(plugin, ep.name, dist)
         return self
+
+    def add_plugin(self, plugin: Any, name: str, source: str) -> list[str]:
+        """Register a plugin object found elsewhere than in entry points (a plugin under development, by
+        path): the names of the providers it added (none when it was skipped: ``skipped[name]`` says why)."""
+        count = len(self.providers)
+        self._add(plugin, name, source)
+        self.generation += 1
+        return list(self.providers)[count:]
+
+    def remove_providers(self, names: Any, plugins: Any = ()) -> None:
+        """Take providers out of the registry (their default instances closed) and unregister the plugin
+        objects that declared them."""
+        for name in names:
+            self.providers.pop(name, None)
+            with self._defaults_lock:
+                instance = self._defaults.pop(name, None)
+            if instance is not None:
+                instance.close()
+        for plugin in plugins:
+            if self.pm.is_registered(plugin):
+                self.pm.unregister(plugin)
+        self.generation += 1
 
     def _add(self, plugin: Any, name: str, dist: str) -> None:
         """Register one plugin object and the providers it declares (skipped with a warning if broken)."""

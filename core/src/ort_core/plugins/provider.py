@@ -32,12 +32,15 @@ class SessionContext:
     read-only copy (onnxruntime's ``ep.context_*`` keys among them). ``model_path``: the model's
     file path, or None for a model given as bytes or a ModelProto (a provider caching compiled
     artifacts keys them on content then). ``optimization_level``: the session's graph
-    optimization level as an int (0 disabled .. 99 all).
+    optimization level as an int (0 disabled .. 99 all). ``intra_op_num_threads``: the session's thread
+    budget as the user set it (0: not set, every available CPU): a provider running its own thread pool
+    sizes it by this unless its own thread option says otherwise (ort_core.threads).
     """
 
     config: Mapping[str, str] = field(default_factory=dict)
     model_path: str | None = None
     optimization_level: int = 99
+    intra_op_num_threads: int = 0
 
 
 @dataclass(frozen=True)

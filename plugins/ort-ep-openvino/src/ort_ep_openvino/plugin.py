@@ -7,6 +7,8 @@ built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay 
 
 from __future__ import annotations
 
+import dataclasses
+
 from ort_core.memory import HOST
 from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provider_hooks
 
@@ -39,6 +41,9 @@ class OpenVINOProvider(ExecutionProvider):
     def __init__(self, info: ProviderInfo, options=None, session=None) -> None:
         super().__init__(info, options, session)
         self.opts = parse(self.options)  # ValueError naming the option: the user gets an InvalidArgument
+        budget = getattr(self.session, "intra_op_num_threads", 0)
+        if budget and not self.opts.num_of_threads:  # the session's thread budget, unless our option says
+            self.opts = dataclasses.replace(self.opts, num_of_threads=budget)
 
     def get_capability(self, graph):
         opts = self.opts

@@ -27,20 +27,21 @@ padded node). ``choose`` encodes this as a cost model; ``FORCE_STRATEGY`` in ml_
 Blocks and threads: a batch is cut into row blocks of at most 64k pairs (ml_tree), which keeps the
 walk's arrays in cache (2.5x faster than one block of 600k pairs). The walk is independent per sample,
 so the blocks of a large batch run on a small shared thread pool (numpy releases the GIL inside its
-loops; 1.3-1.8x on 2 cores). The pool has ``thread_budget()`` workers: the CPUs this process may run
-on (``os.sched_getaffinity``, else ``os.cpu_count()``), at most ``MAX_THREADS`` (4), so that several
-sessions running at once do not oversubscribe the machine; a batch gets threads only when each has
-at least ``MIN_PAIRS_PER_THREAD`` pairs of work.
+loops; 1.3-1.8x on 2 cores). A batch uses at most ``thread_budget()`` threads: the session's budget
+(``intra_op_num_threads``, by default the CPUs this process may run on), at most ``MAX_THREADS`` (4), so
+that several sessions running at once do not oversubscribe the machine; a batch gets threads only when
+each has at least ``MIN_PAIRS_PER_THREAD`` pairs of work.
 """
 
 from __future__ import annotations
 
-import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
+from ....limits import current
+from ....threads import available_cpus
 from .ml_tree_table import Forest
 
 MAX_THREADS = 4
@@ -56,19 +57,15 @@ _pool_lock = threading.Lock()
 
 
 def thread_budget() -> int:
-    """Threads for one batch: the CPUs available to this process, at most MAX_THREADS."""
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        cpus = os.cpu_count() or 1
-    return max(1, min(MAX_THREADS, cpus))
+    """Threads for one batch: the running session's budget, at most MAX_THREADS."""
+    return max(1, min(MAX_THREADS, current().threads or available_cpus()))
 
 
 def _executor() -> ThreadPoolExecutor:
     global _pool
     with _pool_lock:
         if _pool is None:
-            _pool = ThreadPoolExecutor(max_workers=thread_budget(), thread_name_prefix="ort-core-trees")
+            _pool = ThreadPoolExecutor(max_workers=MAX_THREADS - 1, thread_name_prefix="ort-core-trees")
         return _pool
 
 

@@ -1,0 +1,110 @@
+"""Thread budgets: how many threads a session's kernels may use (``intra_op_num_threads``), and the
+process-wide thread pools that follow the budgets of the live sessions.
+
+A session's budget is its ``intra_op_num_threads``, or, at 0 (the default), the CPUs this process may run
+on. Kernels read it from the run's context (``limits.current().threads``: the CPU provider's tree walk
+splits its batch over at most that many threads), and providers from their ``SessionContext``
+(``intra_op_num_threads``: oneDNN's OpenMP threads and OpenVINO's inference threads follow it unless the
+provider's own option, ``num_threads`` / ``num_of_threads``, says otherwise).
+
+numpy's BLAS (OpenBLAS) has one thread pool per process, so two sessions with different budgets cannot
+each have their own. The rule (onnxruntime's global thread pool in spirit): the BLAS pool follows the
+largest budget among live sessions, where a session at the default counts as BLAS's own thread count
+before ort-core changed it (the user's OPENBLAS_NUM_THREADS / OMP_NUM_THREADS, else every core). As long
+as no session sets a budget, BLAS is left alone. The pool is resized when a session is created or
+collected, through threadpoolctl, the well-kept library for exactly this (numpy wheels bundle OpenBLAS
+under a mangled name, and threadpoolctl finds it).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import weakref
+from typing import Any
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def budget_of(intra_op_num_threads: Any) -> int:
+    """The threads a session with this ``intra_op_num_threads`` may use (0: every available CPU). Raises
+    ValueError for a negative or non-integer value, naming it."""
+    if isinstance(intra_op_num_threads, bool) or not isinstance(intra_op_num_threads, int):
+        raise ValueError(f"intra_op_num_threads={intra_op_num_threads!r}: expected a whole number "
+                         "(0: one thread per available CPU)")
+    if intra_op_num_threads < 0:
+        raise ValueError(f"intra_op_num_threads={intra_op_num_threads}: must be >= 0 (0: one thread per "
+                         "available CPU)")
+    return intra_op_num_threads or available_cpus()
+
+
+class BlasPool:
+    """The process's BLAS thread count as the live sessions' budgets decide it (see the module docstring)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[int, int] = {}  # session key -> its explicit budget, 0 for the default
+        self._next = 0
+        self._original: int | None = None  # BLAS's own thread count before the first change
+        self._applied: int | None = None
+
+    def register(self, owner: Any, intra_op_num_threads: int) -> None:
+        """Count ``owner``'s budget (0: the default) while ``owner`` lives."""
+        with self._lock:
+            key, self._next = self._next, self._next + 1
+            self._live[key] = int(intra_op_num_threads)
+            self._update()
+        weakref.finalize(owner, self._drop, key).atexit = False
+
+    def threads(self) -> int | None:
+        """The BLAS thread count the live sessions ask for (None: leave BLAS as it is)."""
+        with self._lock:
+            return self._wanted()
+
+    def _drop(self, key: int) -> None:
+        with self._lock:
+            self._live.pop(key, None)
+            self._update()
+
+    def _wanted(self) -> int | None:
+        explicit = [n for n in self._live.values() if n > 0]
+        if not explicit and self._applied is None:
+            return None
+        if not explicit:
+            return self._original
+        if any(n == 0 for n in self._live.values()):
+            return max(max(explicit), self._original or available_cpus())
+        return max(explicit)
+
+    def _update(self) -> None:
+        wanted = self._wanted()
+        if wanted is None or wanted == self._applied:
+            return
+        controller = _controller()
+        if controller is None:
+            return
+        if self._original is None:  # the first change: remember what to come back to
+            counts = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
+            self._original = max(counts, default=available_cpus())
+            wanted = self._wanted()
+        controller.limit(limits=wanted, user_api="blas")
+        self._applied = wanted
+
+
+def _controller() -> Any:
+    """threadpoolctl's view of the loaded thread pools (None when it is not installed)."""
+    try:
+        from threadpoolctl import ThreadpoolController
+    except ImportError:  # a dependency; without it BLAS keeps its own thread count
+        return None
+    return ThreadpoolController()
+
+
+BLAS = BlasPool()
+"""The process's one BLAS pool (what sessions register their budgets with)."""
