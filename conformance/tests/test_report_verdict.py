@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ort_conformance import known, report
-from ort_conformance.report import CONTRACT
+from ort_conformance.report import CHECKS, CONTRACT
 
 
 def _state(known_failures: dict[str, str]) -> SimpleNamespace:
@@ -15,7 +15,7 @@ def _state(known_failures: dict[str, str]) -> SimpleNamespace:
     return SimpleNamespace(provider="CPUExecutionProvider", plugin_source=None, known=known_failures,
                            known_path="CPUExecutionProvider.txt", vendor_known={}, vendor_path=None,
                            results={"test_bernoulli": case}, outcomes={"test_node[test_bernoulli]": "xpassed"},
-                           contract={name: (True, "") for name in CONTRACT})
+                           contract={name: (True, "") for name in CONTRACT + CHECKS})
 
 
 def test_a_random_case_passing_by_chance_keeps_the_certificate():

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-SELECT = "add or relu or registration or capability or allocator or transfer or concurrent or churn"
+SELECT = "add or relu or registration or capability or allocator or transfer or concurrent or churn or test_check"
 
 
 def run_suite(provider: str, tmp_path, *extra: str, known: bool = False) -> tuple[int, dict, str]:

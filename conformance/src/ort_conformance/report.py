@@ -14,6 +14,8 @@ from collections import defaultdict
 from . import known, provenance, vendor
 
 CONTRACT = ("registration", "get_capability", "allocator", "data_transfer", "concurrent_runs", "session_churn")
+CHECKS = ("input_mutation", "output_aliasing", "recompile", "baked_weights", "stream_sync", "claim_then_fail")
+"""The behaviour checks (contract_checks.NAMES), reported in a section of their own."""
 
 
 def build(state) -> dict:
@@ -58,14 +60,14 @@ def build(state) -> dict:
             d["claimed"] += op in r.claimed_ops
             d["failed"] += r.status == "fail"
             d["errors"] += r.status == "error"
-    contract = {name: {"ok": state.contract[name][0], "detail": state.contract[name][1]}
-                if name in state.contract else {"ok": False, "detail": "not run"} for name in CONTRACT}
+    contract = _block(state, CONTRACT)
+    checks = _block(state, CHECKS)
     available = bool(reg and reg.info.available)
     reasons = []
     if not available:
         reasons.append("provider is not installed or not available" + (f": {reg.info.reason}" if reg else ""))
     reasons += [f"contract check '{n}' " + ("was not run" if c["detail"] == "not run" else f"failed: {c['detail']}")
-                for n, c in contract.items() if not c["ok"]]
+                for n, c in {**contract, **checks}.items() if not c["ok"]]
     cases_failed = [k for k in failed_tests if k.startswith(("test_node[", "test_model["))]
     unexpected = [k for k in cases_failed if outcomes[k] == "failed"]
     if unexpected:
@@ -84,6 +86,7 @@ def build(state) -> dict:
         "reasons": reasons,
         **provenance.collect(state.provider, state.plugin_source),
         "contract": contract,
+        "contract_checks": checks,
         "totals": totals,
         "claimed_node_share": (claimed_nodes / all_nodes) if all_nodes else 0.0,
         "known_failures_file": known_file,
@@ -94,6 +97,11 @@ def build(state) -> dict:
                    "phase": r.phase, "message": r.message, "claimed_nodes": r.claimed, "nodes": r.nodes,
                    "seconds": round(r.seconds, 4)} for r in sorted(results.values(), key=lambda r: (r.kind, r.case))],
     }
+
+
+def _block(state, names) -> dict:
+    return {name: {"ok": state.contract[name][0], "detail": state.contract[name][1]}
+            if name in state.contract else {"ok": False, "detail": "not run"} for name in names}
 
 
 def _vendor_block(state, test_ids: dict[str, str]) -> dict:
@@ -139,6 +147,13 @@ def markdown(rep: dict) -> str:
     ]
     for name, c in rep["contract"].items():
         lines.append(f"| {name} | {'pass' if c['ok'] else 'FAIL'} | {c['detail'] or ''} |")
+    lines += ["", "## Contract checks", "",
+              "What the provider's kernels and compile do at run time, on the suite's probe models "
+              "(docs/first-plugin.md says what each catches and how to fix it).", ""]
+    for name, c in rep.get("contract_checks", {}).items():
+        verdict = "not run" if c["detail"] == "not run" else ("pass" if c["ok"] else "FAIL")
+        detail = "" if c["detail"] == "not run" else f" — {vendor.md_cell(c['detail'], 600)}"
+        lines.append(f"- **{name}: {verdict}**{detail}")
     lines += ["", "## Cases", "",
               "| kind | cases | passed | cases with claimed nodes | of those passed | known failures (suite's list) | "
               "known by the vendor | unexpected failures |", "|---|---|---|---|---|---|---|---|"]

@@ -76,6 +76,13 @@ def _run(provider: str, case: Case, res: CaseResult, optimize: bool) -> None:
     if trouble:
         res.phase = "compile" if "falling back" in trouble[0] else "capability"
         res.message = trouble[0]
+        if res.phase == "compile":  # a claim it could not honour: name the nodes it claimed
+            from .probes import claimed_nodes
+
+            labels = list(claimed_nodes(provider, case.model).values())
+            if labels:
+                more = f" and {len(labels) - 4} more" if len(labels) > 4 else ""
+                res.message = f"claimed {', '.join(labels[:4])}{more}, then: {trouble[0]}"
         return
     placed = [a for a in sess.get_provider_graph_assignment_info() if a.provider == provider]
     res.claimed = sum(len(a.node_names) for a in placed)

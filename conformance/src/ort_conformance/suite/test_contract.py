@@ -1,5 +1,5 @@
 """Contract checks of each provider hook: registration, capability, allocator, data transfer,
-concurrent runs and session churn.
+concurrent runs and session churn; then the behaviour checks of contract_checks.py (test_check).
 
 Operates through the core's plugin registry (which validates answers) and real sessions; the
 per-operator correctness checks live in test_operators.py.
@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import ort_core as ort
+from ort_conformance import contract_checks
 from ort_conformance.cases import node_cases
 from ort_conformance.runner import providers_for, session_options
 from ort_core.ir import load_model
@@ -261,3 +262,11 @@ def test_session_churn_does_not_grow_memory(provider, probes, ort_state):
            f"{growth / 2**20:.1f} MiB (limit {CHURN_LIMIT / 2**20:.0f} MiB)")
     _record(ort_state, "session_churn", ok, msg)
     assert ok, msg
+
+
+@pytest.mark.parametrize("check", contract_checks.NAMES)
+def test_check(provider, ort_state, check):
+    """The behaviour checks (contract_checks.py): one verdict each, on the provider's probe models."""
+    verdict = contract_checks.CHECKS[check](provider)
+    _record(ort_state, check, verdict.ok, verdict.detail)
+    assert verdict.ok, f"{check}: {verdict.detail}"
