@@ -359,6 +359,24 @@ def _attention(node: Any, ctx: Context) -> str | None:
     return None
 
 
+def _qlinearconv(node: Any, ctx: Context) -> str | None:
+    # OpenVINO's frontend broadcasts a 1-D w_scale / w_zero_point along the weight's axis 1 (input
+    # channels) instead of axis 0 (output channels): when the two counts are equal it compiles and
+    # computes wrong values, otherwise it fails to compile. Only single-element ones are exact.
+    for k, what in ((4, "w_scale"), (5, "w_zero_point")):
+        name = node.inputs[k] if len(node.inputs) > k else ""
+        if not name:
+            continue
+        const = ctx.constant(name)
+        shape = tuple(const.shape) if const is not None else _static_shape(ctx, name)
+        if shape is None:
+            return f"{what} of unknown shape: OpenVINO applies a per-channel {what} to input channels"
+        if int(np.prod(shape)) != 1:
+            return (f"per-channel {what}: OpenVINO applies it along the weight's input channels, not its "
+                    "output channels")
+    return None
+
+
 def _always(reason: str) -> Callable[[Any, Context], str]:
     return lambda node, ctx: reason
 
@@ -370,6 +388,7 @@ DEVIATIONS: dict[str, Callable[[Any, Context], str | None]] = {
     "Tile": _tile,
     "RoiAlign": _roialign,
     "Attention": _attention,
+    "QLinearConv": _qlinearconv,
     "NonMaxSuppression": _always("OpenVINO suppresses boxes whose IoU equals iou_threshold; ONNX keeps them"),
     "DFT": _always("OpenVINO's DFT differs from ONNX's in output layout (onesided/inverse) and precision"),
     "DynamicQuantizeLinear": _always("OpenVINO rounds the zero point and values differently (off by one)"),

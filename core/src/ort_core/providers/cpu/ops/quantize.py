@@ -41,7 +41,7 @@ def saturate_to(label: str, q: np.ndarray, out: np.dtype, saturate: bool = True,
     saturate is off (then overflow becomes inf or NaN). float4/float6 saturate by themselves."""
     if out in INT_RANGES:
         lo, hi = INT_RANGES[out]
-        r = np.rint(q)
+        r = np.asarray(np.rint(q))  # a 0-d q rounds to a numpy scalar, which out= below refuses
         if r.dtype not in (np.float32, np.float64):  # float16/bfloat16 cannot hold 65535 + zero point
             r = r.astype(np.float32)
         if zp is not None:
