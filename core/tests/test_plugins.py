@@ -159,6 +159,8 @@ def test_compile_failure_falls_back_to_cpu(tmp_path, fresh_registry, relu_add_mo
         sess = ort.InferenceSession(relu_add_model, providers=["FlakyExecutionProvider"])
     messages = [str(w.message) for w in caught]
     assert any("plugin 'flaky'" in m and "vendor compiler crashed" in m and "falling back" in m for m in messages)
+    # the nodes it had claimed are named
+    assert any("(compiling " in m and "(Relu)" in m and "(Add)" in m for m in messages), messages
     assert sess.get_providers() == ["CPUExecutionProvider"]
     (y,) = sess.run(None, {"x": np.zeros((1, 4), np.float32)})
     np.testing.assert_array_equal(y, [[1, -2, 3, -4]])

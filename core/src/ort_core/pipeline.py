@@ -53,6 +53,10 @@ class Placement:
         """A provider whose plugin failed leaves this placement: ``why`` is its compile failure (an error in
         strict mode, a warning otherwise), None for a capability failure the partitioner reported."""
         if why is not None:
+            sub = getattr(why.__cause__, "ort_subgraph", None)
+            if sub is not None and describe(sub) not in str(why):  # name the nodes it had claimed
+                nodes = ", ".join(n.label for n in sub.nodes[:5]) + (", ..." if len(sub.nodes) > 5 else "")
+                why = type(why)(f"{why} (compiling {describe(sub)}: {nodes})")
             if self.strict or name == CPU:
                 raise why
             where = "" if self.session_wide else " in this graph body"
