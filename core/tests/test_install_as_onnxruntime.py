@@ -172,13 +172,23 @@ def scenario_no_onnxruntime():
     sess = onnxruntime.InferenceSession(_model_bytes(), providers=["CPUExecutionProvider"])
     sys.path[:] = [p for p in sys.path if not os.path.isdir(os.path.join(p or ".", "onnxruntime"))]
     assert real_onnxruntime_dirs() == []
-    for name in ("onnxruntime.transformers", "onnxruntime.quantization", "onnxruntime.tools"):
+    for name in ("onnxruntime.transformers", "onnxruntime.tools"):
         try:
             importlib.import_module(name)
         except ModuleNotFoundError as e:
             assert e.name == name and "no onnxruntime is installed" in str(e) and "pip install onnxruntime" in str(e), e
         else:
             raise AssertionError(f"{name} imported with no onnxruntime installed")
+    # the quantizer ort-core has of its own serves instead: the same module objects, not copies
+    import ort_core.quantization
+    import ort_core.quantization.calibrate
+
+    from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: F401
+    from onnxruntime.quantization.calibrate import CalibrationDataReader
+
+    assert sys.modules["onnxruntime.quantization"] is ort_core.quantization
+    assert CalibrationDataReader is ort_core.quantization.calibrate.CalibrationDataReader
+    assert ort_core.quantization.__spec__.name == "ort_core.quantization"
     try:
         from onnxruntime.capi._pybind_state import quantize_matmul_4bits  # noqa: F401
     except ImportError:
@@ -314,7 +324,7 @@ def test_onnxruntime_quantizers_run_on_ort_core(tmp_path):
     assert ours["native_loaded"]  # the 4-bit packing routine, lent by the installed onnxruntime
 
 
-def test_without_onnxruntime_tooling_is_a_clear_error(tmp_path):
+def test_without_onnxruntime_tooling_is_a_clear_error_but_the_quantizer_is_ort_cores(tmp_path):
     assert _run("no_onnxruntime", "ort_core", tmp_path)["values"]
 
 

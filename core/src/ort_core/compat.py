@@ -16,7 +16,8 @@ unchanged. Call it first thing, before importing them. What it puts into ``sys.m
 - a finder for the subpackages ort-core does not reimplement, onnxruntime's tooling (``TOOLING``): they load
   from the files of an installed onnxruntime distribution (whose own ``__init__`` never runs), so their
   ``import onnxruntime`` gives ort-core and the sessions they make are ort-core's. With no onnxruntime
-  installed, importing one raises ModuleNotFoundError saying what to install. The few native routines they
+  installed, ``onnxruntime.quantization`` is ort_core.quantization (``FALLBACKS``) and importing any other
+  raises ModuleNotFoundError saying what to install. The few native routines they
   import from ``capi._pybind_state`` (``NATIVE_TOOLING``: the quantizers' weight packing, no inference) are
   lent from that onnxruntime's compiled module, loaded under a private name on first use.
 
@@ -30,6 +31,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.util
 import sys
 import threading
 import types
@@ -41,6 +43,10 @@ from .onnxruntime_dist import ONNXRUNTIME_API_VERSION, real_onnxruntime_dirs
 TOOLING = ("transformers", "quantization", "tools", "backend", "datasets")
 """onnxruntime's pure-Python subpackages that ort-core does not reimplement (optimizers, quantizers, shape
 inference, the ONNX backend): taken from an installed onnxruntime."""
+
+FALLBACKS = {"quantization": "ort_core.quantization"}
+"""Tooling that ort-core does provide, served when no installed onnxruntime has it: ``onnxruntime.quantization``
+is then ort_core.quantization (its submodules too, as the same module objects, never second copies)."""
 
 _NAME = "onnxruntime"
 _lock = threading.Lock()
@@ -70,12 +76,19 @@ class _ToolingFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> importlib.machinery.ModuleSpec | None:
         head, _, sub = fullname.partition(".")
-        if head != _NAME or not sub or "." in sub or sub == "capi":
+        if head != _NAME or not sub or sub == "capi":
+            return None
+        top = sub.partition(".")[0]
+        if top in FALLBACKS and f"{_NAME}.{top}" in _ALIASED:
+            return _alias_spec(fullname, FALLBACKS[top] + sub[len(top):])  # inside ort-core's fallback
+        if "." in sub:
             return None  # deeper names follow their parent's __path__ (the real files) on their own
         locations = real_onnxruntime_dirs()
         spec = importlib.machinery.PathFinder.find_spec(fullname, locations) if locations else None
         if spec is not None:
             return spec
+        if sub in FALLBACKS:
+            return _alias_spec(fullname, FALLBACKS[sub])
         if sub in TOOLING:
             missing = f"the installed onnxruntime ({locations[0]}) has none" if locations else \
                 "no onnxruntime is installed"
@@ -86,12 +99,45 @@ class _ToolingFinder(importlib.abc.MetaPathFinder):
         return None
 
 
+class _AliasLoader(importlib.abc.Loader):
+    """Loads ``onnxruntime.<name>`` as the ort-core module ``target``: the same module object, whose own spec
+    is put back after the import system recorded the alias's."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.own_spec: Any = None
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        module = importlib.import_module(self.target)
+        self.own_spec = module.__spec__
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        module.__spec__ = self.own_spec
+
+
+_ALIASED: set[str] = set()  # onnxruntime.<name> served by an ort-core module
+
+
+def _alias_spec(fullname: str, target: str) -> importlib.machinery.ModuleSpec | None:
+    try:
+        found = importlib.util.find_spec(target)
+    except ModuleNotFoundError:
+        return None
+    if found is None:
+        return None
+    _ALIASED.add(fullname)
+    return importlib.machinery.ModuleSpec(fullname, _AliasLoader(target),
+                                          is_package=found.submodule_search_locations is not None)
+
+
 def install_as_onnxruntime() -> types.ModuleType:
     """Make ``import onnxruntime`` (and its ``capi`` paths) give ort-core in this process; returns that module.
 
     Idempotent. Raises Fail if a real onnxruntime was imported already: call it before anything imports
     onnxruntime. Tooling subpackages (``onnxruntime.transformers``, ``quantization``, ``tools``...) come from
-    an installed onnxruntime; without one, importing them raises ModuleNotFoundError naming what to install.
+    an installed onnxruntime; without one, ``quantization`` is ort_core.quantization and importing the others
+    raises ModuleNotFoundError naming what to install.
     """
     with _lock:
         current = sys.modules.get(_NAME)
