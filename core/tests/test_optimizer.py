@@ -344,3 +344,27 @@ def test_reshape_chain_keeps_an_inner_reshape_that_could_refuse_the_input(dims, 
     if not collapsed:
         with pytest.raises(ort.KernelError, match="Reshape"):
             sess.run(None, {"x": np.arange(5, dtype=np.float32)})
+
+
+def test_graph_bodies_get_the_cpu_providers_fusions():
+    """A Loop body's Conv + Relu becomes one FusedConv, as in the main graph, with the same results."""
+    vi = helper.make_tensor_value_info
+    rng = np.random.default_rng(3)
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["c"], ["c_out"], name="keep_going"),
+         helper.make_node("Conv", ["y_in", "w"], ["conv_out"], name="body_conv", pads=[1, 1, 1, 1]),
+         helper.make_node("Relu", ["conv_out"], ["y_out"], name="body_relu")],
+        "body", [vi("i", TensorProto.INT64, []), vi("c", TensorProto.BOOL, []),
+                 vi("y_in", TensorProto.FLOAT, [1, 2, 5, 5])],
+        [vi("c_out", TensorProto.BOOL, []), vi("y_out", TensorProto.FLOAT, [1, 2, 5, 5])])
+    w = numpy_helper.from_array((0.5 * rng.standard_normal((2, 2, 3, 3))).astype(np.float32), "w")
+    model = make_model([helper.make_node("Loop", ["M", "", "y0"], ["y"], body=body, name="loop")],
+                       [vi("M", TensorProto.INT64, []), vi("y0", TensorProto.FLOAT, [1, 2, 5, 5])],
+                       [vi("y", TensorProto.FLOAT, [1, 2, 5, 5])], [w])
+    feeds = {"M": np.array(3, np.int64), "y0": rng.standard_normal((1, 2, 5, 5)).astype(np.float32)}
+    (ref,), (got,), sess = run_both(model, feeds)
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+    ((label, placed),) = sess._bodies.placements
+    names = [name for _, nodes in placed for name in nodes]
+    assert sorted(names) == ["body_conv", "keep_going"]  # the Relu went into the fused Conv
+    assert not any(n.op_type == "FusedConv" for n in model.graph.node[0].attribute[0].g.node)  # the file's body

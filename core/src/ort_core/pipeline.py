@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from .errors import KernelError, NotImplementedOp, OrtError, PluginError, warn
-from .ir.graph import Graph, Node, outer_scope_reads
+from .ir.graph import Graph, Model, Node, outer_scope_reads
 from .limits import check_terminated, current
 from .memory.device import HOST
 from .partition import partition, recut
@@ -184,12 +184,15 @@ class BodyPlanner:
             raise KernelError(f"{label}: reads '{missing[0]}', which neither the subgraph nor an enclosing "
                               "graph defines")
         constants = enclosing_constants(graph, reads)
+        graph = graph.copy()  # the providers' transforms rewrite it: the model's body stays as it was
         if constants:  # providers see them as constants (a weight to bake in), not as run-time inputs
-            graph = graph.copy()
             graph.initializers.update(constants)
             reads = [n for n in reads if n not in constants]
+        # the body as a model for the providers' transforms (the CPU provider's fusions): the session's
+        # opset imports, so a fused op's domain imported here is imported for every kernel
+        body = Model(graph, self.where.opsets, source=self.where.source)
         try:
-            part, kernels = place(graph, self.where.for_body())
+            part, kernels = place(graph, self.where.for_body(), body)
             plan, outputs = build_plan(graph, placed_kernels(part, kernels, self.where.instances),
                                        self.where.instances, self.where.check_outputs, self.where.source, reads)
         except OrtError as e:
