@@ -79,3 +79,19 @@ def test_missing_external_data_file_is_named(tmp_path):
     (tmp_path / "weights.bin").unlink()
     with pytest.raises(ort.OrtError, match="weights.bin|external data"):
         ort.InferenceSession(str(path))
+
+
+def test_topological_order_keeps_a_sorted_graph_and_sorts_an_unsorted_one():
+    from onnx import TensorProto, helper
+
+    from ort_core.ir import load_model
+
+    vi = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2]) for n in ("x", "y")]
+    nodes = [helper.make_node("Relu", ["x"], ["a"], name="first"), helper.make_node("Neg", ["a"], ["b"], name="second"),
+             helper.make_node("Abs", ["b"], ["y"], name="third")]
+    for order, expected in ((nodes, ["first", "second", "third"]), (nodes[::-1], ["first", "second", "third"]),
+                            ([nodes[1], nodes[0], nodes[2]], ["first", "second", "third"])):
+        model = helper.make_model(helper.make_graph(order, "g", vi[:1], vi[1:]),
+                                  opset_imports=[helper.make_opsetid("", 17)])
+        graph = load_model(model.SerializeToString()).graph
+        assert [n.name for n in graph.topological_order()] == expected

@@ -179,6 +179,8 @@ class Graph:
         treated as available (graph inputs, initializers, outer scope).
         """
         producers = self.producers()
+        if _in_order(self.nodes, producers):  # the usual case (the ONNX spec asks for it): one linear check
+            return list(self.nodes)
         deps: dict[int, set[int]] = {}
         for n in self.nodes:
             reads = set(n.inputs) | outer_scope_reads(n)
@@ -204,6 +206,20 @@ class Graph:
                     state[nxt] = 1
                     stack.append((nxt, iter(sorted(deps[nxt]))))
         return order
+
+
+def _in_order(nodes: list[Node], producers: dict[str, Node]) -> bool:
+    """Whether every node comes after the producers of what it reads (its bodies' outer reads included);
+    a node reading its own output makes the answer False (the full sort ignores such reads)."""
+    made: set[str] = set()
+    for n in nodes:
+        for name in n.inputs:
+            if name in producers and name not in made:
+                return False
+        if n.subgraphs() and any(name in producers and name not in made for name in outer_scope_reads(n)):
+            return False
+        made.update(n.outputs)
+    return True
 
 
 def outer_scope_reads(node: Node) -> set[str]:
