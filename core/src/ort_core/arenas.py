@@ -39,9 +39,9 @@ class Target:
     def __init__(self, allocator: Any, shape: tuple[int, ...], dtype: Any) -> None:
         self.allocator, self.shape, self.dtype, self.offset = allocator, tuple(shape), np.dtype(dtype), None
 
-    def make(self, block: Any) -> Any:
+    def make(self, block: Any, stream: Any = None) -> Any:
         if self.offset is None or block is None:
-            return allocate(self.allocator, self.shape, self.dtype)
+            return allocate(self.allocator, self.shape, self.dtype, stream)
         return value_at(self.allocator, block, self.offset, self.shape, self.dtype)
 
     @property

@@ -143,11 +143,15 @@ class ExecutionPlan:
 
     def _abandon(self, frame: list[Any]) -> None:
         for s in self.stream_slots:
-            if frame[s] is not None:
-                try:
-                    frame[s].synchronize()
-                except Exception:  # noqa: BLE001 - the run's first failure is the one reported
-                    pass
+            stream = frame[s]
+            if stream is not None:
+                for finish in (stream.synchronize, getattr(stream, "close", None)):
+                    try:
+                        if finish is not None:
+                            finish()
+                    except Exception:  # noqa: BLE001 - the run's first failure is the one reported
+                        pass
+                frame[s] = None
         for s, pool in self.arenas:
             if frame[s] is not None:
                 pool.give(frame[s])

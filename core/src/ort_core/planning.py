@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 
 from .arenas import MemoryPlanner, Target
-from .errors import InvalidGraph, KernelError
+from .errors import InvalidGraph, KernelError, warn
 from .ir.types import np_dtype
 from .memory.device import HOST, Device
 from .memory.planned import overlaps
-from .memory.stream import synchronize_all
+from .memory.stream import close_all, synchronize_all
 from .memory.tensor import DeviceTensor
 from .plan import ExecutionPlan, PlanBuilder, checked_kernel
 from .plugins.kernel import ContextKernel, KernelContext, allocate
@@ -169,7 +169,18 @@ class _Streams:
         """run() synchronizes every stream at its end: device values it hands out are complete."""
         if self.slots:
             slots = tuple(self.slots.values())
-            self.b.add(lambda *ss: (synchronize_all(ss), ())[1], slots, (), SYNC_LABEL)
+            self.b.add(_finish_streams, slots, (), SYNC_LABEL)
+
+
+def _finish_streams(*streams) -> tuple:
+    """run()'s last step: wait for every stream, then give them back to their providers. (When a wait
+    raises, the executor's failure path synchronizes and closes them all: ExecutionPlan._abandon.)"""
+    synchronize_all(streams)
+    try:
+        close_all(streams)
+    except Exception as e:  # noqa: BLE001 - the run's results are complete; a provider failed to recycle
+        warn(f"closing a stream after the run failed: {type(e).__name__}: {e}")
+    return ()
 
 
 def _host_waits(producer) -> tuple:
@@ -192,16 +203,16 @@ def _copy_to_host(t) -> Callable:
     return copy
 
 
-def _like(allocator, target: Target | None, value: Any, block: Any) -> Any:
-    """The buffer a copy of ``value`` writes: the planned one when its shape is the static one."""
+def _like(allocator, target: Target | None, value: Any, block: Any, stream: Any) -> Any:
+    """The buffer a copy of ``value`` on ``stream`` writes: the planned one when its shape is the static one."""
     if target is None or target.shape != tuple(value.shape) or target.dtype != value.dtype:
-        return allocate(allocator, tuple(value.shape), value.dtype)
-    return target.make(block)
+        return allocate(allocator, tuple(value.shape), value.dtype, stream)
+    return target.make(block, stream)
 
 
 def _copy_on(t, allocator, target) -> Callable:
     def copy(value, stream, block=None):
-        out = _like(allocator, target, value, block)
+        out = _like(allocator, target, value, block, stream)
         t.copy_into(value, out, stream)
         return (out,)
 
@@ -211,7 +222,7 @@ def _copy_on(t, allocator, target) -> Callable:
 def _copy_after(t, allocator, target) -> Callable:
     def copy(value, producer, consumer, block=None):
         consumer.wait(producer.record())
-        out = _like(allocator, target, value, block)
+        out = _like(allocator, target, value, block, consumer)
         t.copy_into(value, out, consumer)
         return (out,)
 
@@ -264,7 +275,7 @@ def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, 
         block = xs[-1] if planned else None
         stream = xs[n_in] if has_stream else None
         inputs = xs[:n_in]
-        outputs = [None if t is None else t.make(block) for t in targets]
+        outputs = [None if t is None else t.make(block, stream) for t in targets]
         ctx = KernelContext(inputs, outputs, stream, allocator, views)
         run(ctx)
         for k, o in enumerate(ctx.outputs):

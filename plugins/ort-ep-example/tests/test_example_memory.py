@@ -223,3 +223,56 @@ def test_a_failed_run_gives_its_memory_back_after_its_streams_finish(monkeypatch
     np.testing.assert_allclose(sess.run(None, _feeds())[0], _session(model, (CPU,)).run(None, _feeds())[0],
                                rtol=1e-6)
     assert allocations == [2048]  # the failed run's block came back and was reused
+
+
+def test_each_runs_streams_are_closed_once_after_success_and_after_failure(monkeypatch):
+    from ort_ep_example import stream as example_stream
+
+    closed = []
+    monkeypatch.setattr(example_stream.RunStream, "close", lambda self: closed.append(self), raising=False)
+    model = _chain(2)
+    sess = _session(model)
+    for _ in range(3):
+        sess.run(None, _feeds())
+    assert len(closed) == 3 and len({id(s) for s in closed}) == 3  # one stream per run, closed once
+    state = {"fail": True}
+
+    def failing(kernel, sub, seen):
+        def run(ctx):
+            kernel.run(ctx)
+            if state.pop("fail", False):
+                raise RuntimeError("planted failure")
+        return ContextKernel(run, kernel.views)
+
+    _spy(monkeypatch, failing)
+    failing_sess = _session(model)
+    closed.clear()
+    with pytest.raises(KernelError, match="planted failure"):
+        failing_sess.run(None, _feeds())
+    assert len(closed) == 1  # synchronized, then given back, even though the run failed
+    failing_sess.run(None, _feeds())
+    assert len(closed) == 2
+
+
+def test_a_stream_ordered_allocator_gets_the_run_stream_for_per_call_memory(monkeypatch):
+    seen = []
+    real = memory.ExampleAllocator.allocate
+
+    def allocate(self, nbytes, stream=None):
+        seen.append(stream)
+        return real(self, nbytes)
+
+    monkeypatch.setattr(memory.ExampleAllocator, "allocate", allocate)
+    monkeypatch.setattr(memory.ExampleAllocator, "stream_ordered", True, raising=False)
+    model = _model([helper.make_node("Exp", ["x"], ["a"]), helper.make_node("Softmax", ["a"], ["b"]),
+                    helper.make_node("Exp", ["b"], ["y"])])
+    sess = _session(model)
+    binding = sess.io_binding()
+    binding.bind_cpu_input("x", _feeds()["x"])
+    binding.bind_output("y", "example", 0)  # a graph output on the device: a buffer of its own, per call
+    sess.run_with_iobinding(binding)
+    np.testing.assert_allclose(binding.get_outputs()[0].numpy(), _session(model, (CPU,)).run(None, _feeds())[0],
+                               rtol=1e-6)
+    per_call = [s for s in seen if s is not None]
+    assert per_call and all(type(s).__name__ == "RunStream" for s in per_call)
+    assert None in seen  # the planned block outlives runs: allocated without a stream

@@ -22,6 +22,10 @@ class Allocator(Protocol):
     buffer object for that device (for the host: a writable uint8 numpy array of exactly
     ``nbytes``); ``address(buffer)`` its start address on the device (used to check
     alignment); ``free`` gives it back (a no-op where the garbage collector owns memory).
+
+    Optional: ``stream_ordered = True`` declares ``allocate(nbytes, stream=None)``: the core then passes
+    the run's stream of the provider for memory first used by work on that stream (kernel outputs, scratch,
+    copies), as cudaMallocAsync takes one, and None where the memory outlives runs (planned blocks).
     """
 
     device: Device

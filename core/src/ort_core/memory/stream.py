@@ -31,6 +31,10 @@ class Stream(Protocol):
     ``record()`` returns an Event marking the work enqueued so far; ``wait(event)`` makes later work on this
     stream wait for an event of another stream; ``synchronize()`` blocks until all enqueued work is done
     and raises the first error that work raised (as a device reports a failed kernel at the next sync).
+
+    Optional: ``close()``, called once when the run is over and the stream synchronized (after a failure
+    too): the provider may recycle the stream (a CUDA stream reused by the next run, a captured graph
+    replayed on it) or release it. A stream without ``close`` is simply dropped.
     """
 
     device: Device
@@ -47,3 +51,18 @@ def synchronize_all(streams: Any) -> None:
     for s in streams:
         if s is not None:
             s.synchronize()
+
+
+def close_all(streams: Any) -> None:
+    """Give every stream of an iterable back to its provider (``close()`` where it has one; Nones skipped).
+    Every stream is closed even when one of them raises; the first error is raised after."""
+    first: BaseException | None = None
+    for s in streams:
+        close = getattr(s, "close", None)
+        if close is not None:
+            try:
+                close()
+            except Exception as e:  # noqa: BLE001 - close the others, then report
+                first = first or e
+    if first is not None:
+        raise first

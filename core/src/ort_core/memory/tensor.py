@@ -34,14 +34,19 @@ class DeviceTensor:
         self.owner = owner
 
     @classmethod
-    def empty(cls, allocator: Any, shape: tuple[int, ...], dtype: Any) -> DeviceTensor:
-        """A new C-contiguous tensor in a buffer from ``allocator`` (an ort_core.memory.Allocator)."""
+    def empty(cls, allocator: Any, shape: tuple[int, ...], dtype: Any, stream: Any = None) -> DeviceTensor:
+        """A new C-contiguous tensor in a buffer from ``allocator`` (an ort_core.memory.Allocator); ``stream``:
+        the stream that first uses it, for a stream-ordered allocator (ignored by others)."""
         dtype = np.dtype(dtype)
         if dtype.kind in "OUS":
             raise TypeError(f"{allocator.device} holds fixed-size numeric tensors only, not {dtype} (strings "
                             "stay on the host)")
         shape = tuple(int(d) for d in shape)
-        buffer = allocator.allocate(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if stream is not None and getattr(allocator, "stream_ordered", False):
+            buffer = allocator.allocate(nbytes, stream)
+        else:
+            buffer = allocator.allocate(nbytes)
         return cls(allocator.address(buffer), shape, dtype, allocator.device, buffer)
 
     @property

@@ -70,17 +70,21 @@ class KernelContext:
         current = self.outputs[index]
         if current is not None and tuple(current.shape) == shape and current.dtype == dtype:
             return current
-        value = allocate(self.allocator, shape, dtype)
+        value = allocate(self.allocator, shape, dtype, self.stream)
         self.outputs[index] = value
         return value
 
     def scratch(self, nbytes: int) -> Any:
-        """A temporary buffer of ``nbytes`` from the provider's allocator (work enqueued with it keeps it)."""
+        """A temporary buffer of ``nbytes`` from the provider's allocator (work enqueued with it keeps it;
+        a stream-ordered allocator gets the run's stream)."""
+        if self.stream is not None and getattr(self.allocator, "stream_ordered", False):
+            return self.allocator.allocate(int(nbytes), self.stream)
         return self.allocator.allocate(int(nbytes))
 
 
-def allocate(allocator: Any, shape: tuple[int, ...], dtype: np.dtype) -> Any:
-    """An uninitialized value of ``shape``/``dtype`` on ``allocator``'s device."""
+def allocate(allocator: Any, shape: tuple[int, ...], dtype: np.dtype, stream: Any = None) -> Any:
+    """An uninitialized value of ``shape``/``dtype`` on ``allocator``'s device (``stream``: the stream that
+    first uses it, passed on to a stream-ordered allocator)."""
     if allocator.device.is_host:
         return np.empty(shape, dtype)
-    return DeviceTensor.empty(allocator, shape, dtype)
+    return DeviceTensor.empty(allocator, shape, dtype, stream)

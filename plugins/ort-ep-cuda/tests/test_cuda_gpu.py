@@ -1,0 +1,229 @@
+"""On a GPU: models run with the provider match the CPU provider (1e-4 relative in float32), device IOBinding,
+the second session reusing compiled kernels, streams, events, the allocator and the data transfer.
+Every test here skips with cudaGetDeviceCount's status where no GPU is usable."""
+
+from __future__ import annotations
+
+import gc
+
+import numpy as np
+import pytest
+from cuda_helpers import F16, F32, NAME, make_model, needs_gpu
+from onnx import helper
+
+import ort_core as ort
+
+pytestmark = needs_gpu
+
+NO_TF32 = {"use_tf32": "0"}
+
+
+def _sessions(model, options=None):
+    data = model.SerializeToString()
+    gpu = ort.InferenceSession(data, providers=[(NAME, options or NO_TF32), "CPUExecutionProvider"])
+    cpu = ort.InferenceSession(data, providers=["CPUExecutionProvider"])
+    return gpu, cpu
+
+
+def _gpu_nodes(sess) -> int:
+    return sum(len(a.node_names) for a in sess.get_provider_graph_assignment_info() if a.provider == NAME)
+
+
+def _compare(model, feed, rtol=1e-4, atol=1e-5, all_on_gpu=True, options=None):
+    gpu, cpu = _sessions(model, options)
+    assert gpu.get_providers()[0] == NAME
+    if all_on_gpu:  # every subgraph the session runs is this provider's (the optimizer may have fused nodes)
+        assert {a.provider for a in gpu.get_provider_graph_assignment_info()} == {NAME}
+    got, expected = gpu.run(None, feed), cpu.run(None, feed)
+    for g, e in zip(got, expected):
+        assert g.dtype == e.dtype and g.shape == e.shape
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=rtol, atol=atol)
+    return gpu
+
+
+def _gelu_model(elem, shape=(2, 16, 64)):
+    dtype = np.float16 if elem == F16 else np.float32
+    nodes = [helper.make_node("Add", ["x", "bias"], ["a"]), helper.make_node("Div", ["a", "s2"], ["d"]),
+             helper.make_node("Erf", ["d"], ["e"]), helper.make_node("Add", ["e", "one"], ["p"]),
+             helper.make_node("Mul", ["a", "p"], ["m"]), helper.make_node("Mul", ["m", "half"], ["y"])]
+    inits = [("bias", np.linspace(-1, 1, shape[-1]).astype(dtype)), ("s2", np.array(1.4142135, dtype)),
+             ("one", np.array(1, dtype)), ("half", np.array(0.5, dtype))]
+    return make_model(nodes, [("x", elem, shape)], [("y", elem, shape)], inits)
+
+
+@pytest.mark.parametrize("elem, rtol", [(F32, 1e-4), (F16, 2e-3)])
+def test_fused_elementwise_chain_matches_the_cpu_provider(elem, rtol):
+    dtype = np.float16 if elem == F16 else np.float32
+    x = np.random.default_rng(0).standard_normal((2, 16, 64)).astype(dtype)
+    _compare(_gelu_model(elem), {"x": x}, rtol=rtol, atol=rtol)
+
+
+def test_every_elementwise_op_with_broadcasting_matches_the_cpu_provider():
+    unary = ["Relu", "Sigmoid", "Tanh", "Exp", "Abs", "Neg", "Erf"]
+    nodes = [helper.make_node("Mul", ["x", "col"], ["m"]), helper.make_node("Sub", ["m", "row"], ["s"])]
+    last = "s"
+    for i, op in enumerate(unary):
+        nodes.append(helper.make_node(op, [last], [f"u{i}"]))
+        last = f"u{i}"
+    nodes += [helper.make_node("Abs", [last], ["ab"]), helper.make_node("Add", ["ab", "one"], ["p"]),
+              helper.make_node("Log", ["p"], ["l"]), helper.make_node("Sqrt", ["p"], ["q"]),
+              helper.make_node("Div", ["l", "q"], ["y"])]
+    model = make_model(nodes, [("x", F32, (3, 5, 7)), ("col", F32, (5, 1)), ("row", F32, (7,))],
+                       [("y", F32, (3, 5, 7))], [("one", np.array(1, np.float32))])
+    rng = np.random.default_rng(1)
+    feed = {"x": rng.standard_normal((3, 5, 7)).astype(np.float32),
+            "col": rng.standard_normal((5, 1)).astype(np.float32), "row": rng.standard_normal(7).astype(np.float32)}
+    _compare(model, feed)
+
+
+@pytest.mark.parametrize("a_shape, b_shape", [((4, 8), (8, 5)), ((3, 4, 8), (8, 5)), ((2, 1, 4, 8), (3, 8, 5)),
+                                              ((8,), (2, 8, 5)), ((3, 4, 8), (8,))])
+@pytest.mark.parametrize("elem, rtol", [(F32, 1e-4), (F16, 2e-3)])
+def test_matmul_matches_the_cpu_provider(a_shape, b_shape, elem, rtol):
+    dtype = np.float16 if elem == F16 else np.float32
+    out = np.matmul(np.zeros(a_shape), np.zeros(b_shape)).shape
+    model = make_model([helper.make_node("MatMul", ["a", "b"], ["y"])], [("a", elem, a_shape), ("b", elem, b_shape)],
+                       [("y", elem, out)])
+    rng = np.random.default_rng(2)
+    feed = {"a": rng.standard_normal(a_shape).astype(dtype), "b": rng.standard_normal(b_shape).astype(dtype)}
+    _compare(model, feed, rtol=rtol, atol=rtol)
+
+
+@pytest.mark.parametrize("trans_a, trans_b, c_shape, beta", [
+    (0, 0, (5,), 1.0), (1, 0, (4, 5), 0.5), (0, 1, (4, 1), 2.0), (1, 1, None, 1.0), (0, 0, (5,), 0.0)])
+def test_gemm_matches_the_cpu_provider(trans_a, trans_b, c_shape, beta):
+    a_shape = (8, 4) if trans_a else (4, 8)
+    b_shape = (5, 8) if trans_b else (8, 5)
+    inputs = [("a", F32, a_shape), ("b", F32, b_shape)] + ([("c", F32, c_shape)] if c_shape else [])
+    node = helper.make_node("Gemm", [n for n, _, _ in inputs], ["y"], transA=trans_a, transB=trans_b, alpha=0.75,
+                            beta=beta)
+    model = make_model([node], inputs, [("y", F32, (4, 5))], opset=13)
+    rng = np.random.default_rng(3)
+    _compare(model, {n: rng.standard_normal(s).astype(np.float32) for n, _, s in inputs})
+
+
+def test_views_and_a_small_mlp_stay_on_the_gpu():
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("MatMul", ["f", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]), helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("Gemm", ["r", "w2", "b2"], ["g"]), helper.make_node("Reshape", ["g", "shape"], ["rs"]),
+             helper.make_node("Unsqueeze", ["rs", "axes"], ["u"]), helper.make_node("Squeeze", ["u", "axes"], ["y"])]
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    inits = [("w1", normal(12, 16)), ("b1", normal(16)), ("w2", normal(16, 6)), ("b2", normal(6)),
+             ("shape", np.array([-1, 3], np.int64)), ("axes", np.array([0], np.int64))]
+    model = make_model(nodes, [("x", F32, (2, 3, 4))], [("y", F32, (4, 3))], inits)
+    _compare(model, {"x": rng.standard_normal((2, 3, 4)).astype(np.float32)})
+
+
+def test_scalars_stay_scalars():
+    nodes = [helper.make_node("Mul", ["x", "k"], ["m"]), helper.make_node("Exp", ["m"], ["y"])]
+    model = make_model(nodes, [("x", F32, ())], [("y", F32, ())], [("k", np.array(0.5, np.float32))])
+    gpu = _compare(model, {"x": np.array(2.0, np.float32)})
+    assert gpu.run(None, {"x": np.array(2.0, np.float32)})[0].shape == ()
+
+
+def test_an_identity_of_an_input_is_a_separate_output():
+    model = make_model([helper.make_node("Identity", ["x"], ["y"])], [("x", F32, (3,))], [("y", F32, (3,))])
+    x = np.array([1, -2, 3], np.float32)
+    gpu, _ = _sessions(model)
+    y = gpu.run(None, {"x": x})[0]
+    np.testing.assert_array_equal(y, x)
+    y[0] = 7  # the output is the caller's own memory
+    assert x[0] == 1
+
+
+def test_unsupported_nodes_fall_back_to_the_cpu_between_gpu_nodes():
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Softmax", ["e"], ["s"], axis=1),
+             helper.make_node("Sqrt", ["s"], ["y"])]
+    model = make_model(nodes, [("x", F32, (2, 5))], [("y", F32, (2, 5))])
+    gpu = _compare(model, {"x": np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32)}, all_on_gpu=False)
+    assert _gpu_nodes(gpu) == 2
+
+
+def test_device_iobinding_keeps_values_on_the_gpu_and_writes_bound_outputs():
+    model = _gelu_model(F32, (4, 64))
+    gpu, cpu = _sessions(model)
+    x = np.random.default_rng(6).standard_normal((4, 64)).astype(np.float32)
+    x_dev = ort.OrtValue.ortvalue_from_numpy(x, "cuda", 0)
+    assert x_dev.device_name().lower() == "cuda"
+    binding = gpu.io_binding()
+    binding.bind_ortvalue_input("x", x_dev)
+    binding.bind_output("y", "cuda", 0)
+    gpu.run_with_iobinding(binding)
+    out = binding.get_outputs()[0]
+    assert out.device_name().lower() == "cuda"
+    np.testing.assert_allclose(out.numpy(), cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    # a pre-allocated device output is written in place
+    target = ort.OrtValue.ortvalue_from_numpy(np.zeros((4, 64), np.float32), "cuda", 0)
+    binding.bind_output("y", "cuda", 0, np.float32, [4, 64], target.data_ptr())
+    gpu.run_with_iobinding(binding)
+    np.testing.assert_allclose(target.numpy(), cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+def test_a_second_session_does_not_compile_again(monkeypatch, tmp_path):
+    from ort_ep_cuda import nvrtc
+
+    monkeypatch.setenv("ORT_EP_CUDA_CACHE_DIR", str(tmp_path))
+    model = _gelu_model(F32, (3, 7)).SerializeToString()
+    before = nvrtc.compiles
+    first = ort.InferenceSession(model, providers=[NAME])
+    compiled = nvrtc.compiles - before
+    assert compiled >= 1 and list(tmp_path.glob("*.cubin"))
+    second = ort.InferenceSession(model, providers=[NAME])
+    assert nvrtc.compiles - before == compiled
+    x = np.ones((3, 7), np.float32)
+    np.testing.assert_array_equal(first.run(None, {"x": x})[0], second.run(None, {"x": x})[0])
+
+
+def test_streams_events_and_elapsed_time():
+    from ort_ep_cuda.memory import CudaAllocator, CudaDataTransfer
+    from ort_ep_cuda.runtime import runtime
+    from ort_ep_cuda.stream import CudaEvent, CudaStream
+
+    rt = runtime()
+    transfer = CudaDataTransfer(rt, 0)
+    s1, s2 = CudaStream(rt, transfer.device), CudaStream(rt, transfer.device)
+    x = np.arange(1 << 20, dtype=np.float32)
+    dev = ort.OrtValue.ortvalue_from_numpy(np.zeros_like(x), "cuda", 0).value
+    start = s1.record()
+    transfer.copy_into(x, dev, s1)
+    end = s1.record()
+    assert isinstance(end, CudaEvent)
+    s2.wait(end)  # s2's copy back starts after s1's upload
+    back = np.empty_like(x)
+    transfer.copy_into(dev, back, s2)
+    s2.synchronize()
+    np.testing.assert_array_equal(back, x)
+    end.synchronize()
+    assert end.elapsed_ns(start) > 0
+    alloc = CudaAllocator(rt, 0, limit=4096)
+    buf = alloc.allocate(1000)
+    assert alloc.address(buf) % alloc.alignment == 0 and alloc.in_use == 1000
+    with pytest.raises(MemoryError, match="gpu_mem_limit=4096"):
+        alloc.allocate(4000)
+    del buf
+    gc.collect()
+    assert alloc.in_use == 0
+
+
+@pytest.mark.parametrize("dtype", [np.bool_, np.uint8, np.int64, np.float16, np.float32, np.float64])
+def test_data_transfer_round_trips_bit_exactly(dtype):
+    from ort_ep_cuda.memory import CudaDataTransfer
+    from ort_ep_cuda.runtime import runtime
+
+    from ort_core.memory import HOST
+
+    t = CudaDataTransfer(runtime(), 0)
+    x = (np.random.default_rng(7).standard_normal((3, 5)) * 100).astype(dtype)
+    dev = t.copy(x, HOST, t.device)
+    dev2 = t.copy(dev, t.device, t.device)
+    np.testing.assert_array_equal(t.copy(dev2, t.device, HOST), x)
+    np.testing.assert_array_equal(t.copy(x[:, ::2], HOST, t.device).shape, (3, 3))  # strided host source
+
+
+def test_a_device_id_that_does_not_exist_is_named():
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, (2,))], [("y", F32, (2,))])
+    with pytest.raises(Exception, match="device_id=99: no such GPU"):
+        ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"device_id": "99"})])
