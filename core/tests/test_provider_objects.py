@@ -70,7 +70,7 @@ PICKY_SRC = """
             return view.fuse() if self.options.get("fuse") == "1" else 0
 
         def close(self):
-            EVENTS.append(("close", id(self)))
+            EVENTS.append(("close", self.serial))
             super().close()
 
 
@@ -83,7 +83,8 @@ PICKY_SRC = """
     def ort_create_provider(provider, options, session):
         EVENTS.append(("create", dict(options), session.model_path, dict(session.config)))
         ep = PickyProvider(INFO, options, session)
-        EVENTS.append(("instance", id(ep)))
+        ep.serial = len([e for e in EVENTS if e[0] == "instance"])  # not id(): a freed instance's id comes back
+        EVENTS.append(("instance", ep.serial))
         return ep
 """
 
