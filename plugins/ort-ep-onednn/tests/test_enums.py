@@ -52,6 +52,7 @@ def test_library_is_onednn_3_2_with_openmp():
     ("dnnl_scratchpad_mode2str", E.SCRATCHPAD_LIBRARY, "library"),
     ("dnnl_scratchpad_mode2str", E.SCRATCHPAD_USER, "user"),
     ("dnnl_cpu_isa2str", E.CPU_ISA_AVX512_CORE_BF16, "cpu_isa_avx512_core_bf16"),
+    ("dnnl_cpu_isa2str", E.CPU_ISA_AVX512_CORE_VNNI, "cpu_isa_avx512_core_vnni"),
 ])
 def test_enum_names_from_debug_functions(fn, value, expected):
     assert name(fn, value) == expected

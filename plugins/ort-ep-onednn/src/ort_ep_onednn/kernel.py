@@ -104,7 +104,8 @@ class Instance:
         self.handles = handles  # keeps the memory objects alive: the exec-argument arrays hold raw pointers
         self.labels = [s.label for s in program.steps]
 
-    def run(self, xs: list[np.ndarray], out_shapes: list[tuple[int, ...]]) -> list[np.ndarray]:
+    def run(self, xs: list[np.ndarray], out_shapes: list[tuple[int, ...]], out_dtypes: list[np.dtype]) \
+            -> list[np.ndarray]:
         ffi, c = self.lib.ffi, self.lib.lib
         # ffi.from_buffer: the array's data pointer without numpy's ctypes object (~7x cheaper)
         from_buffer, set_handle = ffi.from_buffer, c.dnnl_memory_set_data_handle
@@ -114,8 +115,8 @@ class Instance:
                 for m in mems:
                     set_handle(m, ptr)
         outs = []
-        for shape, mems in zip(out_shapes, self.out_binds):
-            arr = np.empty(shape, np.float32)
+        for shape, dtype, mems in zip(out_shapes, out_dtypes, self.out_binds):
+            arr = np.empty(shape, dtype)
             if mems:
                 ptr = from_buffer(arr)
                 for m in mems:
@@ -139,6 +140,7 @@ class Compiled:
         self.lib, self.program = lib, program
         self.slot_of, self.sizes = plan_slots(program)
         self.out_shapes = list(program.output_shapes)
+        self.out_dtypes = list(program.output_dtypes) or [F32] * len(self.out_shapes)
         self._free: list[Instance] = []
         self._lock = threading.Lock()
 
@@ -148,15 +150,15 @@ class Compiled:
         if inst is None:
             inst = Instance(self.lib, self.program, self.slot_of, self.sizes)
         try:
-            return inst.run(xs, self.out_shapes)
+            return inst.run(xs, self.out_shapes, self.out_dtypes)
         finally:
             with self._lock:
                 self._free.append(inst)
 
 
 class Kernel:
-    """``kernel(*inputs)`` -> one float32 array per subgraph output, computed by oneDNN primitives
-    built for the inputs' shapes on first sight of each shape signature.
+    """``kernel(*inputs)`` -> one array per subgraph output (float32, or a quantized type), computed by oneDNN
+    primitives built for the inputs' shapes on first sight of each shape signature.
 
     ``defaults`` are initializers a feed may override (models that list their weights as graph
     inputs): while a call passes the initializer itself (the very array object), it is treated as a
@@ -172,6 +174,7 @@ class Kernel:
         self.guards = [(k, n, defaults[n]) for k, n in enumerate(spec.inputs)
                        if n in defaults and n not in spec.constants]
         self.n_inputs = len(spec.inputs)
+        self.in_dtypes = [np.dtype(spec.dtypes.get(n, F32)) for n in spec.inputs]
         self.variants: dict[tuple, tuple[Spec, list[int]]] = {}
         self.programs: dict[tuple, Compiled] = {}
         self._lock = threading.Lock()
@@ -184,7 +187,8 @@ class Kernel:
             for (_, name, arr), over in zip(self.guards, overridden):
                 if not over:
                     constants[name] = arr
-            spec = Spec(self.spec.nodes, self.spec.inputs, self.spec.outputs, constants, self.spec.opset)
+            spec = Spec(self.spec.nodes, self.spec.inputs, self.spec.outputs, constants, self.spec.opset,
+                        self.spec.dtypes)
             found = (spec, [k for k, n in enumerate(spec.inputs) if n not in constants])
             self.variants[overridden] = found
         return found
@@ -210,9 +214,9 @@ class Kernel:
         spec, positions = self.variants.get(overridden) or self.variant(overridden)
         feeds = []
         for k in positions:
-            x = xs[k]
-            if type(x) is not np.ndarray or x.dtype != F32 or not x.flags.c_contiguous:
-                x = np.ascontiguousarray(x, dtype=np.float32)
+            x, dtype = xs[k], self.in_dtypes[k]
+            if type(x) is not np.ndarray or x.dtype != dtype or not x.flags.c_contiguous:
+                x = np.asarray(x, dtype=dtype, order="C")  # keeps 0-d values 0-d (ascontiguousarray would not)
             feeds.append(x)
         shapes = tuple([x.shape for x in feeds])
         prog = self.programs.get((overridden, shapes)) or self.compiled((overridden, shapes), spec, positions, shapes)

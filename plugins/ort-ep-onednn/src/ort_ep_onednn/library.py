@@ -94,6 +94,7 @@ dnnl_status_t dnnl_primitive_attr_create(dnnl_primitive_attr_t *attr);
 dnnl_status_t dnnl_primitive_attr_destroy(dnnl_primitive_attr_t attr);
 dnnl_status_t dnnl_primitive_attr_set_scratchpad_mode(dnnl_primitive_attr_t attr, int mode);
 dnnl_status_t dnnl_primitive_attr_set_post_ops(dnnl_primitive_attr_t attr, const_dnnl_post_ops_t post_ops);
+dnnl_status_t dnnl_primitive_attr_set_zero_points_mask(dnnl_primitive_attr_t attr, int arg, int mask);
 dnnl_status_t dnnl_post_ops_create(dnnl_post_ops_t *post_ops);
 dnnl_status_t dnnl_post_ops_destroy(dnnl_post_ops_t post_ops);
 dnnl_status_t dnnl_post_ops_append_eltwise(dnnl_post_ops_t post_ops, int alg_kind, float alpha, float beta);
@@ -214,6 +215,13 @@ class Library:
     def has_bf16(self) -> bool:
         """Whether the CPU has native bf16 instructions oneDNN uses (AVX512-BF16 or AMX)."""
         return (self.isa & E.CPU_ISA_AVX512_CORE_BF16) == E.CPU_ISA_AVX512_CORE_BF16
+
+    @property
+    def has_vnni(self) -> bool:
+        """Whether oneDNN uses VNNI int8 dot products here (AVX512-VNNI and up, or AVX-VNNI): without them
+        its u8 x s8 kernels add pairs of products in saturating 16-bit registers (vpmaddubsw), which
+        can differ from the exact int32 sums ONNX asks for."""
+        return (self.isa & E.CPU_ISA_AVX512_CORE_VNNI) == E.CPU_ISA_AVX512_CORE_VNNI or "vnni" in self.isa_name()
 
     def isa_name(self) -> str:
         return self.ffi.string(self.lib.dnnl_cpu_isa2str(self.isa)).decode()

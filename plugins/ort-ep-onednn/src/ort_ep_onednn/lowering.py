@@ -19,7 +19,8 @@ from . import views as V
 from .library import DnnlError, Library
 from .lowering_conv import ConvOps
 from .lowering_matmul import MatmulOps
-from .program import Buf, Mem, Program, Spec, Step, Unsupported, Val, dims_of
+from .lowering_quant import QuantOps
+from .program import DT_OF, NP_OF, Buf, Mem, Program, Spec, Step, Unsupported, Val, dims_of
 
 ELTWISE_OPS = ("Relu", "LeakyRelu", "Elu", "Sigmoid", "Tanh", "HardSigmoid", "Gelu", "Abs", "Sqrt", "Exp", "Clip",
                "Neg", "HardSwish", "Pow")
@@ -103,7 +104,7 @@ def clip_bounds(node: Any, constant) -> tuple[float, float]:
 
 
 
-class Builder(ConvOps, MatmulOps):
+class Builder(QuantOps, ConvOps, MatmulOps):
     """Lowers a Spec for given input shapes. ``probe``: create primitive descriptors only (no
     primitives, no build-time reorders), to learn whether oneDNN implements the nodes."""
 
@@ -130,34 +131,45 @@ class Builder(ConvOps, MatmulOps):
         feeds = [n for n in spec.inputs if n not in spec.constants]
         for k, name in enumerate(feeds):  # Buf index: position among the non-constant inputs
             shape = tuple(int(d) for d in shapes[name])
-            buf = self._buf("input", 4 * max(math.prod(shape), 1), index=k)
-            self._set(name, Val(shape, self._mem(P.plain_md(lib, dims_of(shape)), buf)))
+            dtype = np.dtype(spec.dtypes.get(name, np.float32))
+            buf = self._buf("input", dtype.itemsize * max(math.prod(shape), 1), index=k)
+            self._set(name, Val(shape, self._mem(P.plain_md(lib, dims_of(shape), DT_OF[dtype]), buf)))
 
     # ------------------------------------------------------------------ the walk
 
     def build(self) -> Program:
         for node in self.spec.nodes:
-            if node.id not in self.done:
+            # a DequantizeLinear is lowered when a reader needs its float result: a quantized Conv/MatMul
+            # reads its integer input directly, and then nothing dequantizes
+            if node.id not in self.done and not self._deferred(node):
                 self._lower(node)
-        shapes = []
+        shapes, dtypes = [], []
         claimed: set[int] = set()
         for k, name in enumerate(self.spec.outputs):
             val = self.get(name)
             shapes.append(val.shape)
+            dt = val.mem.md.data_type()
+            if dt not in NP_OF:  # bf16 inside (precision=bf16): results are float32
+                dt = E.DT_F32
+            dtypes.append(NP_OF[dt])
             if 0 in val.shape:  # nothing to compute: the kernel returns an empty array
                 continue
             dims = dims_of(val.shape)
-            plain = P.plain_md(self.lib, dims)
+            plain = P.plain_md(self.lib, dims, dt)
+            nbytes = NP_OF[dt].itemsize * math.prod(dims)
             buf = val.mem.buf
             if (buf.kind == "internal" and id(buf) not in claimed and val.mem.md == plain
-                    and buf.nbytes == 4 * math.prod(dims)):
+                    and buf.nbytes == nbytes):
                 buf.kind, buf.index = "output", k
                 claimed.add(id(buf))
                 continue
-            out = self._mem(plain, self._buf("output", 4 * math.prod(dims), index=k))
+            out = self._mem(plain, self._buf("output", nbytes, index=k))
             self._reorder_into(val.mem, out, f"output {name}")
         steps, bufs, mems = live(self.steps)
-        return Program(steps, bufs, mems, shapes, self.fused)
+        return Program(steps, bufs, mems, shapes, self.fused, dtypes)
+
+    def _deferred(self, node: Any) -> bool:
+        return node.op_type == "DequantizeLinear" and not any(o in self.outputs for o in node.outputs)
 
     def _lower(self, node: Any) -> None:
         self.done.add(node.id)
@@ -179,8 +191,8 @@ class Builder(ConvOps, MatmulOps):
             return val
         if name in self.spec.constants:
             arr = np.asarray(self.spec.constants[name])
-            if arr.dtype != np.float32:
-                raise Unsupported(f"constant '{name}' is {arr.dtype}, not float32")
+            if arr.dtype not in DT_OF:
+                raise Unsupported(f"constant '{name}' is {arr.dtype}, not float32 or a quantized type")
             val = self._const_val(arr)
             self._set(name, val)
             return val
@@ -217,16 +229,17 @@ class Builder(ConvOps, MatmulOps):
 
     def _const_val(self, arr: np.ndarray) -> Val:
         shape = tuple(arr.shape)
-        nbytes = max(4 * arr.size, 4)
+        dtype = arr.dtype if arr.dtype in DT_OF else np.dtype(np.float32)
+        nbytes = max(dtype.itemsize * arr.size, 4)
         data = None
         if not self.probe:  # a probe only asks oneDNN for descriptors: no weight is copied
             data = P.aligned_bytes(nbytes)
-            data[:4 * arr.size] = np.ascontiguousarray(arr, np.float32).reshape(-1).view(np.uint8)
+            data[:dtype.itemsize * arr.size] = np.ascontiguousarray(arr, dtype).reshape(-1).view(np.uint8)
         buf = self._buf("const", nbytes, array=data)
-        return Val(shape, self._mem(P.plain_md(self.lib, dims_of(shape)), buf))
+        return Val(shape, self._mem(P.plain_md(self.lib, dims_of(shape), DT_OF[dtype]), buf))
 
-    def _attr(self, post_ops: P.PostOps | None = None) -> P.Attr:
-        return P.Attr(self.lib, post_ops)
+    def _attr(self, post_ops: P.PostOps | None = None, zero_points=()) -> P.Attr:
+        return P.Attr(self.lib, post_ops, zero_points)
 
     def _step(self, pd: P.Pd, args: list[tuple[int, Mem]], label: str) -> None:
         prim = None if self.probe else pd.primitive()
@@ -291,11 +304,14 @@ class Builder(ConvOps, MatmulOps):
         return Val(val.shape, self.plain(val, label))
 
     def plain(self, val: Val, label: str = "") -> Mem:
-        return self.as_md(val, P.plain_md(self.lib, dims_of(val.shape)), label)
+        """``val`` in the dense row-major layout: float32 (a bf16 value is converted), or its own integer type."""
+        dt = val.mem.md.data_type()
+        dt = dt if dt in (E.DT_U8, E.DT_S8, E.DT_S32) else E.DT_F32
+        return self.as_md(val, P.plain_md(self.lib, dims_of(val.shape), dt), label)
 
     def alias(self, mem: Mem, shape: tuple[int, ...]) -> Mem:
         """The plain memory ``mem`` seen with another shape of as many elements (no copy)."""
-        return self._mem(P.plain_md(self.lib, dims_of(shape)), mem.buf)
+        return self._mem(P.plain_md(self.lib, dims_of(shape), mem.md.data_type()), mem.buf)
 
     def _run_now(self, pd: P.Pd, args: list[tuple[int, Mem]]) -> None:
         """Execute a primitive at build time on constant buffers (weights reordered once)."""

@@ -58,6 +58,8 @@ class ConvOps:
     """Conv, BatchNormalization and pooling lowerings (mixed into Builder)."""
 
     def _op_Conv(self, node: Any) -> None:
+        if self._qdq_group(node, 0):  # DequantizeLinear -> Conv [-> Relu] [-> QuantizeLinear] in int8
+            return
         x = self.get(node.inputs[0])
         w_name = node.inputs[1]
         b_name = node.inputs[2] if len(node.inputs) > 2 else ""
@@ -252,6 +254,19 @@ class ConvOps:
         if min(out_sp) <= 0 or 0 in x.shape:
             raise Unsupported("pooling with an empty input or output")
         y_shape = (*x.shape[:2], *out_sp)
+        dt = x.mem.md.data_type()
+        if dt in (E.DT_U8, E.DT_S8):  # a quantized value: pooled as it is (channels-last), never via float
+            for md in (x.mem.md, P.strided_md(self.lib, x.shape, V.channels_last_strides(x.shape), dt)):
+                pd = P.pooling(self.lib, alg, md, P.any_md(self.lib, y_shape, dt), strides, kernel,
+                               [d - 1 for d in dil], pl, pr, self._attr())
+                if not pd.is_ref:
+                    break
+            if pd.is_ref:
+                raise Unsupported("oneDNN has only its reference pooling for this quantized value")
+            dst = self._new(pd.md(E.QUERY_DST_MD, 0, y_shape))
+            self._step(pd, [(E.ARG_SRC, self.as_md(x, md, node.label)), (E.ARG_DST, dst)], node.label)
+            self._set(node.outputs[0], Val(y_shape, dst))
+            return
         pd, src = self._native(x, lambda s, dt: P.pooling(self.lib, alg, s.md, P.any_md(self.lib, y_shape, dt),
                                                           strides, kernel, [d - 1 for d in dil], pl, pr,
                                                           self._attr()), node.label)

@@ -143,6 +143,8 @@ class MatmulOps:
         return True
 
     def _op_MatMul(self, node: Any) -> None:
+        if self._qdq_group(node, 1):  # DequantizeLinear -> MatMul [-> Relu] [-> QuantizeLinear] in int8
+            return
         a, b = self.get(node.inputs[0]), self.get(node.inputs[1])
         if 0 in a.shape or 0 in b.shape or not a.shape or not b.shape:
             raise Unsupported("MatMul of empty or 0-d tensors")
@@ -174,6 +176,10 @@ class MatmulOps:
         self._set(cur, Val(out_shape, self.alias(dst, out_shape)))
 
     def _op_Gemm(self, node: Any) -> None:
+        if (not node.attr("transA", 0) and float(node.attr("alpha", 1.0)) == 1.0
+                and float(node.attr("beta", 1.0)) == 1.0
+                and self._qdq_group(node, 0 if node.attr("transB", 0) else 1, bool(node.attr("transB", 0)))):
+            return
         a, b = self.get(node.inputs[0]), self.get(node.inputs[1])
         c_name = node.inputs[2] if len(node.inputs) > 2 else ""
         alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))

@@ -10,11 +10,11 @@ from __future__ import annotations
 import dataclasses
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provider_hooks
+from ort_core.plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, provider_hooks
 
 from . import __version__
 from . import library as L
-from .capability import Context, unsupported_reason
+from .capability import Context, dtypes_of, unsupported_reason
 from .kernel import make_kernel
 from .lowering import Spec
 from .options import DEFAULTS, Options, parse
@@ -28,7 +28,8 @@ def _info() -> ProviderInfo:
     if not reason:
         lib = L.library()
         description = (f"oneDNN {lib.version} ({lib.isa_name()}) through its C API (cffi): fused float32 "
-                       "subgraphs as primitives, activations channels-last")
+                       "subgraphs and int8 Conv/MatMul/Gemm (QDQ groups, QLinear*) as primitives, "
+                       "activations channels-last")
     return ProviderInfo(NAME, (HOST,), available=not reason, reason=reason, description=description,
                         version=__version__, options={k: str(v) for k, v in DEFAULTS.items()})
 
@@ -56,6 +57,10 @@ class DnnlProvider(ExecutionProvider):
         if budget and not self.opts.num_threads:  # the session's thread budget, unless our option says
             self.opts = dataclasses.replace(self.opts, num_threads=budget)
 
+    def preferences(self):
+        # quantized weights stay DequantizeLinear nodes: a QDQ group becomes one int8 primitive
+        return Preferences(keep_qdq=True)
+
     def get_capability(self, graph):
         opts = self.opts
         nodes = graph.nodes()
@@ -79,7 +84,8 @@ class DnnlProvider(ExecutionProvider):
             if why is not None:
                 raise ValueError(f"{node.label}: {why}")
         constants = {n: v for n in subgraph.inputs if (v := ctx.constant(n)) is not None}
-        spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset)
+        spec = Spec(list(subgraph.nodes), list(subgraph.inputs), list(subgraph.outputs), constants, opset,
+                    dtypes_of(ctx, [*subgraph.inputs, *subgraph.outputs]))
         # initializers that are also graph inputs: constant while the session passes them unchanged
         inits = subgraph.graph.initializers
         defaults = {n: inits[n] for n in subgraph.inputs if n not in constants and n in inits}

@@ -127,14 +127,18 @@ class PostOps:
 
 
 class Attr:
-    """Primitive attributes: user-managed scratchpad (one buffer per concurrent call) and post-ops."""
+    """Primitive attributes: user-managed scratchpad (one buffer per concurrent call), post-ops and
+    zero points (``zero_points``: DNNL_ARG_* whose common zero point is given at execution, as an s32
+    memory argument ``DNNL_ARG_ATTR_ZERO_POINTS | arg``)."""
 
-    def __init__(self, lib: Library, post_ops: PostOps | None = None) -> None:
+    def __init__(self, lib: Library, post_ops: PostOps | None = None, zero_points: Sequence[int] = ()) -> None:
         ffi, c = lib.ffi, lib.lib
         out = ffi.new("dnnl_primitive_attr_t *")
         lib.check(c.dnnl_primitive_attr_create(out), "dnnl_primitive_attr_create")
         self.ptr = ffi.gc(out[0], c.dnnl_primitive_attr_destroy)
         lib.check(c.dnnl_primitive_attr_set_scratchpad_mode(self.ptr, E.SCRATCHPAD_USER), "set_scratchpad_mode")
+        for arg in zero_points:
+            lib.check(c.dnnl_primitive_attr_set_zero_points_mask(self.ptr, arg, 0), "set_zero_points_mask")
         if post_ops is not None and len(post_ops):
             po = ffi.new("dnnl_post_ops_t *")
             lib.check(c.dnnl_post_ops_create(po), "dnnl_post_ops_create")

@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from . import enums as E
 from . import primitives as P
 
 
@@ -64,13 +65,15 @@ class Val:
 
 @dataclass
 class Spec:
-    """What lowering needs of a subgraph: nodes in order, input/output names, constant values, opset."""
+    """What lowering needs of a subgraph: nodes in order, input/output names, constant values, opset,
+    and the element types of inputs and outputs that are not float32 (quantized values)."""
 
     nodes: list[Any]
     inputs: list[str]
     outputs: list[str]
     constants: dict[str, np.ndarray]
     opset: int
+    dtypes: dict[str, np.dtype] = field(default_factory=dict)
 
 
 @dataclass
@@ -82,6 +85,13 @@ class Program:
     mems: list[Mem]
     output_shapes: list[tuple[int, ...]]
     fused: dict[str, int]
+    output_dtypes: list[np.dtype] = field(default_factory=list)
+
+
+DT_OF = {np.dtype(np.float32): E.DT_F32, np.dtype(np.uint8): E.DT_U8, np.dtype(np.int8): E.DT_S8,
+         np.dtype(np.int32): E.DT_S32}
+"""numpy element types of the values this provider stores, and oneDNN's data types for them."""
+NP_OF = {v: k for k, v in DT_OF.items()}
 
 
 def dims_of(shape: tuple[int, ...]) -> tuple[int, ...]:
