@@ -62,6 +62,29 @@ def _unary(op, shape=(2, 3, 4)):
         {"x": rand(*shape, low=-4, high=4)}
 
 
+def _positive(op, shape=(2, 3, 4)):
+    return make_model([helper.make_node(op, ["x"], ["y"])], [vi("x", list(shape))], [vi("y", list(shape))]), \
+        {"x": rand(*shape, low=0.01, high=4)}
+
+
+def _pow():
+    model = make_model([helper.make_node("Pow", ["a", "e"], ["y"])], [vi("a", [2, 3, 4])], [vi("y", [2, 3, 4])],
+                       [init("e", np.array([2.0, 0.5, 3.0, 1.0], np.float32))])
+    return model, {"a": rand(2, 3, 4, low=0.1, high=2.0)}
+
+
+def _scalar_constant(op):
+    model = make_model([helper.make_node(op, ["a", "c"], ["y"])], [vi("a", [2, 5])], [vi("y", [2, 5])],
+                       [init("c", np.array(1.7, np.float32))])
+    return model, {"a": rand(2, 5)}
+
+
+def _reduce_mean_axes_input():
+    node = helper.make_node("ReduceMean", ["x", "axes"], ["y"], keepdims=0)
+    return make_model([node], [vi("x", [2, 3, 4, 5])], [vi("y", [2, 5])], [init("axes", np.array([1, 2], np.int64))],
+                      opset=18), {"x": rand(2, 3, 4, 5)}
+
+
 def _binary(op, a_shape, b_shape, out_shape, b_const=False, positive_b=False):
     b = rand(*b_shape, low=0.5, high=2.0) if positive_b else rand(*b_shape)
     inputs = [vi("a", list(a_shape))] + ([] if b_const else [vi("b", list(b_shape))])
@@ -178,6 +201,17 @@ OP_CASES = {
     "BatchNormalization": _batchnorm,
     "Sum": _sum,
     "Softmax": lambda: _simple("Softmax", (3, 7), (3, 7)),
+    "Sqrt": lambda: _positive("Sqrt"),
+    "Exp": lambda: _unary("Exp"),
+    "Abs": lambda: _unary("Abs"),
+    "Neg": lambda: _unary("Neg"),
+    "Erf": lambda: _unary("Erf"),
+    "Pow": lambda: _pow(),
+    "Div_scalar_constant": lambda: _scalar_constant("Div"),
+    "Add_scalar_constant": lambda: _scalar_constant("Add"),
+    "ReduceMean_last_axis": lambda: _simple("ReduceMean", (2, 3, 8), (2, 3, 1), opset=13, axes=[-1]),
+    "ReduceMean_axes_input": _reduce_mean_axes_input,
+    "ReduceMean_all": lambda: _simple("ReduceMean", (2, 3, 4), (1, 1, 1), opset=13),
     "Softmax_axis1_opset13": lambda: _simple("Softmax", (2, 5, 3), (2, 5, 3), axis=1),
     "Softmax_axis1_opset11": lambda: _simple("Softmax", (2, 5, 3), (2, 5, 3), opset=11, axis=1),
 }
@@ -242,9 +276,28 @@ def scenario_cnn(args):
             "max_abs": float(np.max(np.abs(want))), "create_s": created, "run_s": min(runs)}
 
 
+def scenario_gelu(args):
+    """MatMul, bias Add and the erf GELU chain: on an fp16 target the chain is fused into BiasGelu (QNN's Gelu)."""
+    w = init("w", (RNG.standard_normal((16, 32)) * 0.3).astype(np.float32))
+    b = init("b", (RNG.standard_normal(32) * 0.1).astype(np.float32))
+    consts = [init("sqrt2", np.array(1.4142135, np.float32)), init("one", np.array(1.0, np.float32)),
+              init("half", np.array(0.5, np.float32))]
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["f"]),
+             helper.make_node("Div", ["f", "sqrt2"], ["d"]), helper.make_node("Erf", ["d"], ["e"]),
+             helper.make_node("Add", ["e", "one"], ["e1"]), helper.make_node("Mul", ["f", "e1"], ["g"]),
+             helper.make_node("Mul", ["g", "half"], ["y"])]
+    model = make_model(nodes, [vi("x", [2, 8, 16])], [vi("y", [2, 8, 32])], [w, b, *consts])
+    x = rand(2, 8, 16, low=-2, high=2)
+    sess = session(model, [(NAME, args.get("options", {})), CPU], optimize=True)
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU]).run(None, {"x": x})[0]
+    return {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))),
+            "max_abs": float(np.max(np.abs(want))), "explain": sess.explain()}
+
+
 def scenario_split(args):
-    """A node QNN does not take (Erf) in the middle: QNN, CPU, QNN, with the reason."""
-    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Erf", ["m"], ["e"]),
+    """A node QNN does not take (Sin) in the middle: QNN, CPU, QNN, with the reason."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Sin", ["m"], ["e"]),
              helper.make_node("Add", ["e", "x"], ["y"])]
     model = make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], [init("s", np.full(8, 0.7, np.float32))])
     sess = session(model, [NAME, CPU])
@@ -419,6 +472,342 @@ def scenario_stages(args):
     want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
     return {"placement": placement(sess), "stages": built, "max_abs_err": float(np.max(np.abs(got - want))),
             "max_abs": float(np.max(np.abs(want)))}
+
+
+# ------------------------------------------------------------------------------------------- QDQ
+def residual_cnn(batch=1):
+    """A small ResNet-style block: Conv-Relu-Conv + skip Add, Relu, GlobalAveragePool, Flatten, Gemm."""
+    r = np.random.default_rng(3)
+    inits = [init("w0", (r.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32)),
+             init("b0", (r.standard_normal(8) * 0.1).astype(np.float32)),
+             init("w1", (r.standard_normal((8, 8, 3, 3)) * 0.15).astype(np.float32)),
+             init("b1", (r.standard_normal(8) * 0.1).astype(np.float32)),
+             init("w2", (r.standard_normal((8, 8, 3, 3)) * 0.15).astype(np.float32)),
+             init("fc", (r.standard_normal((10, 8)) * 0.3).astype(np.float32)),
+             init("fcb", (r.standard_normal(10) * 0.1).astype(np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w0", "b0"], ["c0"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c0"], ["r0"]),
+             helper.make_node("Conv", ["r0", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+             helper.make_node("Add", ["c2", "r0"], ["s"]),
+             helper.make_node("Relu", ["s"], ["r2"]),
+             helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "fc", "fcb"], ["y"], transB=1)]
+    return make_model(nodes, [vi("x", [batch, 3, 16, 16])], [vi("y", [batch, 10])], inits, opset=13)
+
+
+FLOAT_MODELS = {"cnn": (lambda: small_cnn(2), (2, 3, 16, 16)), "residual": (residual_cnn, (1, 3, 16, 16))}
+
+
+def quantized_model(name, per_channel=True, activations="QUInt8", folder=None):
+    """``name`` of FLOAT_MODELS quantized by ort_core.quantization.quantize_static (QDQ, int8 weights)."""
+    from ort_core.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+
+    build, shape = FLOAT_MODELS[name]
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.feeds = iter([{"x": np.random.default_rng(100 + k).standard_normal(shape).astype(np.float32)}
+                               for k in range(16)])
+
+        def get_next(self):
+            return next(self.feeds, None)
+
+    path = os.path.join(folder, f"{name}_{'pc' if per_channel else 'pt'}_{activations}.onnx")
+    return quantize_static(build(), path, Reader(), quant_format=QuantFormat.QDQ, per_channel=per_channel,
+                           activation_type=getattr(QuantType, activations), weight_type=QuantType.QInt8), path
+
+
+def _output_step(model):
+    """The scale of the quantized graph output (its last DequantizeLinear's)."""
+    out = model.graph.output[0].name
+    node = next(n for n in model.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == out)
+    scale = next(i for i in model.graph.initializer if i.name == node.input[1])
+    return float(numpy_helper.to_array(scale))
+
+
+def scenario_qdq(args):
+    """Quantized models on QNN's fixed-point tensors against the CPU provider (which computes the QDQ model's
+    float arithmetic); the ops QNN ran quantized are counted from the provider's log."""
+    import logging
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logger = logging.getLogger("ort_ep_qnn")
+    logger.setLevel(logging.INFO)
+    logger.addHandler(Keep())
+    out = {}
+    for case in args["cases"]:
+        name, per_channel, activations = case["model"], case.get("per_channel", True), case.get("act", "QUInt8")
+        model, path = quantized_model(name, per_channel, activations, args["folder"])
+        shape = FLOAT_MODELS[name][1]
+        feeds = [{"x": np.random.default_rng(200 + k).standard_normal(shape).astype(np.float32)} for k in range(4)]
+        records.clear()
+        sess = session(model, [(NAME, {"cache_dir": ""}), CPU], optimize=True)
+        cpu = session(model, [CPU], optimize=True)
+        got = [sess.run(None, f)[0] for f in feeds]
+        want = [cpu.run(None, f)[0] for f in feeds]
+        key = f"{name}_{'pc' if per_channel else 'pt'}_{activations}"
+        np.save(os.path.join(args["folder"], f"{key}_ours.npy"), np.stack(got))
+        np.save(os.path.join(args["folder"], f"{key}_feeds.npy"), np.stack([f["x"] for f in feeds]))
+        out[key] = {"placement": placement(sess), "quantized": [r for r in records if "quantized tensors" in r],
+                    "max_abs_err": max(float(np.max(np.abs(g - w))) for g, w in zip(got, want)),
+                    "step": _output_step(model), "path": path, "nodes": len(model.graph.node),
+                    "dtype": str(got[0].dtype)}
+    return out
+
+
+def scenario_ort_qdq(args):
+    """onnxruntime-qnn on the same quantized models and inputs (results saved for the comparison)."""
+    out = {}
+    for key, path in args["models"].items():
+        feeds = np.load(os.path.join(args["folder"], f"{key}_feeds.npy"))
+        sess = _onnxruntime_qnn_session(path)
+        got = np.stack([sess.run(None, {"x": x})[0] for x in feeds])
+        ours = np.load(os.path.join(args["folder"], f"{key}_ours.npy"))
+        out[key] = {"max_abs_diff": float(np.max(np.abs(got - ours)))}
+    return out
+
+
+# ------------------------------------------------------------------------------------------ EPContext
+def split_model():
+    """Mul -> Sin -> Add: QNN, CPU, QNN (two QNN subgraphs)."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Sin", ["m"], ["e"]),
+             helper.make_node("Add", ["e", "x"], ["y"])]
+    return make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], [init("s", np.full(8, 0.7, np.float32))])
+
+
+def mod_split_model():
+    """Mul -> Relu -> Mod -> Add: onnxruntime-qnn takes all but Mod (two QNN partitions in one context)."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Relu", ["m"], ["r"]),
+             helper.make_node("Mod", ["r", "s"], ["e"], fmod=1), helper.make_node("Add", ["e", "x"], ["y"])]
+    return make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], [init("s", np.full(8, 0.7, np.float32))])
+
+
+def qdq_cnn():
+    import tempfile
+
+    return quantized_model("cnn", folder=tempfile.mkdtemp())[0]
+
+
+CONTEXT_MODELS = {"cnn": (small_cnn, (2, 3, 16, 16)), "split": (split_model, (2, 8)),
+                  "mod_split": (mod_split_model, (2, 8)), "qdq_cnn": (qdq_cnn, (2, 3, 16, 16))}
+
+
+def _context_inputs(name):
+    return {"x": np.random.default_rng(7).standard_normal(CONTEXT_MODELS[name][1]).astype(np.float32)}
+
+
+def _context_nodes(path):
+    import onnx
+
+    model = onnx.load(path, load_external_data=False)
+    out = []
+    for n in model.graph.node:
+        attrs = {}
+        for a in n.attribute:
+            v = helper.get_attribute_value(a)
+            attrs[a.name] = (len(v) if a.name == "ep_cache_context" and int(
+                next((b.i for b in n.attribute if b.name == "embed_mode"), 1)) == 1
+                else v.decode() if isinstance(v, bytes) else v)
+        out.append({"op": n.op_type, "domain": n.domain, "name": n.name, "inputs": list(n.input),
+                    "outputs": list(n.output), "attrs": attrs})
+    return out
+
+
+class Counting:
+    """Counts the calls of ``owner.attr`` while in a ``with`` block (the original is called)."""
+
+    def __init__(self, owner, attr):
+        self.owner, self.attr, self.calls = owner, attr, 0
+
+    def __enter__(self):
+        self.original = getattr(self.owner, self.attr)
+
+        def counted(*a, **k):
+            self.calls += 1
+            return self.original(*a, **k)
+
+        setattr(self.owner, self.attr, counted)
+        return self
+
+    def __exit__(self, *exc):
+        setattr(self.owner, self.attr, self.original)
+
+
+def scenario_epcontext(args):
+    """Save each model's compiled QNN contexts as EPContext nodes (embedded or beside it), load them back:
+    nothing probed or built on load, the same results, and both load times."""
+    import onnx
+    from ort_ep_qnn import capability, kernel
+
+    folder, embed = args["folder"], args["embed"]
+    out = {}
+    for name in args["models"]:
+        model = CONTEXT_MODELS[name][0]()
+        path = os.path.join(folder, f"{name}.onnx")
+        onnx.save(model, path)
+        feed = _context_inputs(name)
+        so = ort.SessionOptions()
+        so.add_session_config_entry("ep.context_enable", "1")
+        so.add_session_config_entry("ep.context_embed_mode", embed)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            sess = ort.InferenceSession(path, so, providers=[NAME, CPU])
+            compiled_s = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            ort.InferenceSession(path, providers=[NAME, CPU])  # probe verdicts in memory by now
+            recompiled_s = time.perf_counter() - t0
+        want = sess.run(None, feed)[0]
+        cpu = session(model, [CPU]).run(None, feed)[0]
+        ctx_path = os.path.join(folder, f"{name}_ctx.onnx")
+        with Counting(kernel, "_build") as builds, Counting(capability.PROBER, "finalize") as probes, \
+                warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            t0 = time.perf_counter()
+            loaded = ort.InferenceSession(ctx_path, providers=[NAME, CPU])
+            loaded_s = time.perf_counter() - t0
+        got = loaded.run(None, feed)[0]
+        np.save(os.path.join(folder, f"{name}_want.npy"), want)
+        out[name] = {"nodes": _context_nodes(ctx_path), "files": sorted(os.listdir(folder)),
+                     "placement": placement(loaded), "builds": builds.calls, "probes": probes.calls,
+                     "same": bool(np.array_equal(got, want)), "cpu_err": float(np.max(np.abs(got - cpu))),
+                     "max_abs": float(np.max(np.abs(cpu))), "compiled_s": compiled_s, "recompiled_s": recompiled_s,
+                     "loaded_s": loaded_s}
+    return out
+
+
+def scenario_epcontext_stages(args):
+    """A subgraph built as several QNN graphs (any part of more than two nodes refused, as in scenario_stages) is
+    saved as one context holding them all, and loaded back in their data order."""
+    import onnx
+    from ort_ep_qnn import kernel, runtime
+
+    folder = args["folder"]
+    original = kernel._build
+
+    def fussy(nodes, *rest):
+        if len(nodes) > 2:
+            raise runtime.QnnError("simulated: too large to finalize")
+        return original(nodes, *rest)
+
+    kernel._build = fussy
+    path = os.path.join(folder, "cnn.onnx")
+    onnx.save(small_cnn(), path)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "1")
+    feed = _context_inputs("cnn")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        want = ort.InferenceSession(path, so, providers=[NAME, CPU]).run(None, feed)[0]
+        kernel._build = original
+        loaded = ort.InferenceSession(os.path.join(folder, "cnn_ctx.onnx"), providers=[NAME, CPU])
+    got = loaded.run(None, feed)[0]
+    import onnx as _onnx
+
+    blob = next(a.s for a in _onnx.load(os.path.join(folder, "cnn_ctx.onnx")).graph.node[0].attribute
+                if a.name == "ep_cache_context")
+    graphs = runtime.backend().system().graphs(blob)
+    return {"placement": placement(loaded), "same": bool(np.array_equal(got, want)), "graphs": len(graphs),
+            "names": [g.name for g in graphs], "inputs": [[t.name for t in g.inputs] for g in graphs]}
+
+
+def scenario_epcontext_corrupt(args):
+    """An EPContext node of QNN whose binary is not a QNN context: session creation fails, naming the node."""
+    import onnx
+
+    node = helper.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", name="broken", main_context=1,
+                            ep_cache_context=b"not a context", embed_mode=1, source="QNN")
+    graph = helper.make_graph([node], "g", [vi("x", [1, 4])], [vi("y", [1, 4])])
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
+    model.ir_version = 8
+    path = os.path.join(args["folder"], "broken_ctx.onnx")
+    onnx.save(model, path)
+    caught = []
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        try:
+            ort.InferenceSession(path, providers=[NAME, CPU])
+        except Exception as e:  # noqa: BLE001 - the error's text is the answer
+            caught.append(f"{type(e).__name__}: {e}")
+    return {"error": caught[0] if caught else None, "warnings": [str(w.message) for w in seen]}
+
+
+def _onnxruntime_qnn_session(path, config=None):
+    """An onnxruntime session of onnxruntime-qnn's QNN provider (HTP backend) on ``path``."""
+    import onnxruntime
+    import onnxruntime_qnn
+
+    if not any(d.ep_name == "QNN" for d in onnxruntime.get_ep_devices()):
+        onnxruntime.register_execution_provider_library("QNN", onnxruntime_qnn.get_library_path())
+    so = onnxruntime.SessionOptions()
+    for key, value in (config or {}).items():
+        so.add_session_config_entry(key, value)
+    so.log_severity_level = 3
+    devices = [d for d in onnxruntime.get_ep_devices() if d.ep_name == "QNN"]
+    so.add_provider_for_devices(devices, {"backend_path": onnxruntime_qnn.get_qnn_htp_path()})
+    return onnxruntime.InferenceSession(path, so)
+
+
+def scenario_ort_reads(args):
+    """onnxruntime-qnn loads context models this provider wrote (run without ort_core's QNN in the process:
+    onnxruntime's libffi and the plugin's cffi callbacks do not share a process)."""
+    folder = args["folder"]
+    out = {}
+    for name in args["models"]:
+        feed = _context_inputs(name)
+        t0 = time.perf_counter()
+        sess = _onnxruntime_qnn_session(os.path.join(folder, f"{name}_ctx.onnx"))
+        loaded_s = time.perf_counter() - t0
+        got = sess.run(None, feed)[0]
+        want = np.load(os.path.join(folder, f"{name}_want.npy"))
+        out[name] = {"max_abs_err": float(np.max(np.abs(got - want))), "loaded_s": loaded_s}
+    return out
+
+
+def scenario_ort_writes(args):
+    """onnxruntime-qnn compiles models with ep.context_enable=1; its results are kept for the reader."""
+    import onnx
+
+    folder, embed = args["folder"], args["embed"]
+    out = {}
+    for name in args["models"]:
+        path = os.path.join(folder, f"{name}.onnx")
+        onnx.save(CONTEXT_MODELS[name][0](), path)
+        ctx_path = os.path.join(folder, f"{name}_ctx.onnx")
+        sess = _onnxruntime_qnn_session(path, {"ep.context_enable": "1", "ep.context_embed_mode": embed,
+                                               "ep.context_file_path": ctx_path})
+        np.save(os.path.join(folder, f"{name}_want.npy"), sess.run(None, _context_inputs(name))[0])
+        out[name] = {"nodes": _context_nodes(ctx_path), "files": sorted(os.listdir(folder))}
+    return out
+
+
+def scenario_reads_ort(args):
+    """This provider loads context models onnxruntime-qnn wrote: nothing built, its results."""
+    from ort_ep_qnn import kernel
+
+    folder = args["folder"]
+    out = {}
+    for name in args["models"]:
+        feed = _context_inputs(name)
+        with Counting(kernel, "_build") as builds, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = ort.InferenceSession(os.path.join(folder, f"{name}_ctx.onnx"), providers=[NAME, CPU])
+        got = sess.run(None, feed)[0]
+        want = np.load(os.path.join(folder, f"{name}_want.npy"))
+        cpu = session(CONTEXT_MODELS[name][0](), [CPU]).run(None, feed)[0]
+        out[name] = {"placement": placement(sess), "builds": builds.calls,
+                     "max_abs_err": float(np.max(np.abs(got - want))), "cpu_err": float(np.max(np.abs(got - cpu)))}
+    return out
 
 
 if __name__ == "__main__":

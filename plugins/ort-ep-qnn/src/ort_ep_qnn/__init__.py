@@ -2,8 +2,8 @@
 
 Hooks and the provider object in ``plugin``, the cffi declarations in ``qnn_api``, library discovery in
 ``library``, loading and handles in ``runtime``, graphs in ``graph``, ONNX-to-QNN rules in ``lowering`` (over
-``emitter``), what is claimed in ``capability``, options in ``options`` and the kernel in ``kernel``; see
-README.md.
+``emitter``), QDQ groups in ``qdq``, what is claimed in ``capability``, options in ``options``, the kernel in
+``kernel`` and saved contexts (EPContext nodes) in ``contexts``; see README.md.
 """
 
 __version__ = "0.1.0"

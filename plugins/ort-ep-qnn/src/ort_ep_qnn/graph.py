@@ -16,10 +16,16 @@ from typing import Any
 import numpy as np
 
 from . import qnn_api as q
-from .runtime import LOG, Context, QnnError, ffi
+from .runtime import LOG, Context, GraphInfo, QnnError, TensorInfo, ffi
 
 _DTYPES = {np.dtype(np.float32): q.FLOAT_32, np.dtype(np.float16): q.FLOAT_16, np.dtype(np.uint32): q.UINT_32,
            np.dtype(np.int32): q.INT_32, np.dtype(np.bool_): q.BOOL_8}
+NUMPY_OF = {q.FLOAT_32: np.dtype(np.float32), q.FLOAT_16: np.dtype(np.float16), q.UINT_32: np.dtype(np.uint32),
+            q.INT_32: np.dtype(np.int32), q.BOOL_8: np.dtype(np.bool_), q.UFIXED_POINT_8: np.dtype(np.uint8),
+            q.UFIXED_POINT_16: np.dtype(np.uint16), q.SFIXED_POINT_8: np.dtype(np.int8),
+            q.SFIXED_POINT_16: np.dtype(np.int16), q.SFIXED_POINT_32: np.dtype(np.int32),
+            q.UINT_8: np.dtype(np.uint8), q.INT_8: np.dtype(np.int8)}
+"""numpy's type for a QNN data type (a fixed-point tensor's buffer holds its integers)."""
 
 
 @dataclass
@@ -31,6 +37,7 @@ class Tensor:
     shape: tuple[int, ...]
     dtype: np.dtype
     kind: int
+    quant: Any = None  # a qdq.Quant for a fixed-point tensor
 
     @property
     def id(self) -> int:
@@ -62,6 +69,7 @@ class GraphBuilder:
         self.name = f"{_safe(name)}_g{context.graphs}"  # unique in its context, whatever the caller's names
         self._keep: list[Any] = []
         self._count = 0
+        self._names: set[str] = set()
         handle = ffi.new("Qnn_GraphHandle_t*")
         configs = ffi.NULL
         if precision is not None:
@@ -82,20 +90,42 @@ class GraphBuilder:
         self.outputs: list[Tensor] = []
 
     def _unique(self, hint: str) -> str:
-        self._count += 1
-        name = f"{_safe(hint)[:48]}_{self._count}"
-        return name
+        while True:
+            self._count += 1
+            name = f"{_safe(hint)[:48]}_{self._count}"
+            if name not in self._names:
+                self._names.add(name)
+                return name
+
+    def _exact(self, name: str) -> str:
+        """``name`` itself when no tensor of the graph has it yet (graph inputs and outputs keep their ONNX
+        names, so that a serialized context maps them back by name, as onnxruntime does), else a unique one."""
+        if name and name not in self._names:
+            self._names.add(name)
+            return name
+        return self._unique(name)
 
     def _fill(self, t: Any, name: bytes, kind: int, shape: Sequence[int], dtype: np.dtype,
-              data: np.ndarray | None) -> None:
+              data: np.ndarray | None, quant: Any = None) -> None:
         t.version = q.TENSOR_VERSION_1
         v1 = t.v1
         cname = ffi.new("char[]", name)
         dims = ffi.new("uint32_t[]", [int(d) for d in shape] or [1])
         self._keep += [cname, dims]
-        v1.name, v1.type, v1.dataFormat, v1.dataType = cname, kind, q.DATA_FORMAT_DENSE, _DTYPES[dtype]
-        v1.quantizeParams.encodingDefinition = q.UNDEFINED
-        v1.quantizeParams.quantizationEncoding = q.UNDEFINED
+        data_type = _DTYPES[dtype] if quant is None else quant.qnn_type
+        v1.name, v1.type, v1.dataFormat, v1.dataType = cname, kind, q.DATA_FORMAT_DENSE, data_type
+        qp = v1.quantizeParams
+        if quant is None:
+            qp.encodingDefinition, qp.quantizationEncoding = q.UNDEFINED, q.UNDEFINED
+        elif quant.axis is None:
+            qp.encodingDefinition, qp.quantizationEncoding = q.DEFINITION_DEFINED, q.ENCODING_SCALE_OFFSET
+            qp.scaleOffsetEncoding.scale, qp.scaleOffsetEncoding.offset = quant.scale[0], -quant.zero_point[0]
+        else:
+            pairs = ffi.new("Qnn_ScaleOffset_t[]", [(s, -z) for s, z in zip(quant.scale, quant.zero_point)])
+            self._keep.append(pairs)
+            qp.encodingDefinition, qp.quantizationEncoding = q.DEFINITION_DEFINED, q.ENCODING_AXIS_SCALE_OFFSET
+            enc = qp.axisScaleOffsetEncoding
+            enc.axis, enc.numScaleOffsets, enc.scaleOffset = quant.axis, len(quant.scale), pairs
         v1.rank, v1.dimensions = len(shape), dims if len(shape) else ffi.NULL
         v1.memType = q.MEMTYPE_RAW
         if data is not None:
@@ -104,18 +134,19 @@ class GraphBuilder:
             v1.clientBuf.data, v1.clientBuf.dataSize = ffi.from_buffer(data), data.nbytes
 
     def tensor(self, hint: str, kind: int, shape: Sequence[int], dtype: Any = np.float32,
-               data: np.ndarray | None = None) -> Tensor:
+               data: np.ndarray | None = None, quant: Any = None) -> Tensor:
         """Register a tensor: kind q.TENSOR_APP_WRITE (graph input), APP_READ (output), NATIVE (intermediate)
-        or STATIC (``data`` baked into the graph)."""
-        dtype = np.dtype(dtype)
-        name = self._unique(hint)
+        or STATIC (``data`` baked into the graph). Inputs and outputs are named ``hint`` exactly. ``quant`` (a
+        qdq.Quant) makes it a fixed-point tensor (``dtype`` is then its buffer's integer type)."""
+        dtype = np.dtype(dtype) if quant is None else quant.dtype
+        name = self._exact(hint) if kind in (q.TENSOR_APP_WRITE, q.TENSOR_APP_READ) else self._unique(hint)
         t = ffi.new("Qnn_Tensor_t*")
-        self._fill(t, name.encode(), kind, shape, dtype, data)
+        self._fill(t, name.encode(), kind, shape, dtype, data, quant)
         b = self.backend
         with b.lock:
             mark = LOG.mark()
             b.check(b.api.tensorCreateGraphTensor(self.handle, t), f"QnnTensor_createGraphTensor({name})", mark)
-        tensor = Tensor(name, t, tuple(int(d) for d in shape), dtype, kind)
+        tensor = Tensor(name, t, tuple(int(d) for d in shape), dtype, kind, quant)
         if kind == q.TENSOR_APP_WRITE:
             self.inputs.append(tensor)
         elif kind == q.TENSOR_APP_READ:
@@ -165,7 +196,7 @@ class GraphBuilder:
         with b.lock:
             mark = LOG.mark()
             b.check(b.api.graphFinalize(self.handle, ffi.NULL, ffi.NULL), f"QnnGraph_finalize({self.name})", mark)
-        return QnnGraph(self, profile_level)
+        return QnnGraph(self.backend, self.handle, self.name, self.inputs, self.outputs, profile_level, keep=self)
 
 
 def _set_scalar(s: Any, p: Scalar) -> None:
@@ -179,23 +210,54 @@ def _set_scalar(s: Any, p: Scalar) -> None:
         s.dataType, s.uint32Value = q.UINT_32, int(p.value)
 
 
+def _described(info: TensorInfo, keep: list[Any]) -> Tensor:
+    """A graph input or output as a deserialized context describes it, for binding buffers to."""
+    dtype = NUMPY_OF.get(info.data_type)
+    if dtype is None:
+        raise QnnError(f"tensor '{info.name}' of a context binary has QNN data type {info.data_type:#06x}, which "
+                       "this provider does not bind")
+    t = ffi.new("Qnn_Tensor_t*")
+    cname = ffi.new("char[]", info.name.encode())
+    dims = ffi.new("uint32_t[]", list(info.shape) or [1])
+    keep += [t, cname, dims]
+    t.version = q.TENSOR_VERSION_1
+    v1 = t.v1
+    v1.id, v1.name, v1.type, v1.dataFormat, v1.dataType = info.id, cname, info.kind, q.DATA_FORMAT_DENSE, info.data_type
+    definition, encoding, scale, offset = info.encoding
+    if encoding not in (q.ENCODING_SCALE_OFFSET, q.UNDEFINED):
+        raise QnnError(f"tensor '{info.name}' of a context binary has quantization encoding {encoding}; only "
+                       "per-tensor scale/offset is bound for a graph's inputs and outputs")
+    v1.quantizeParams.encodingDefinition, v1.quantizeParams.quantizationEncoding = definition, encoding
+    if encoding == q.ENCODING_SCALE_OFFSET:
+        v1.quantizeParams.scaleOffsetEncoding.scale = scale
+        v1.quantizeParams.scaleOffsetEncoding.offset = offset
+    v1.rank, v1.dimensions = len(info.shape), dims if info.shape else ffi.NULL
+    v1.memType = q.MEMTYPE_RAW
+    return Tensor(info.name, t, info.shape, dtype, info.kind)
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", name) or "t"
 
 
 class QnnGraph:
-    """A finalized graph: ``execute(inputs, outputs)`` with numpy arrays in the order of the builder's
-    APP_WRITE and APP_READ tensors. One execution at a time per graph (a lock), so a kernel may be called
-    from several threads."""
+    """A finalized graph: ``execute(inputs, outputs)`` with numpy arrays in the order of its APP_WRITE and
+    APP_READ tensors. One execution at a time per graph (a lock), so a kernel may be called from several
+    threads. Built by ``GraphBuilder.finalize`` or retrieved from a deserialized context (``retrieved``)."""
 
-    def __init__(self, builder: GraphBuilder, profile_level: int = 0) -> None:
-        self.builder = builder  # keeps every struct the graph was built from alive
-        self.backend, self.handle, self.name = builder.backend, builder.handle, builder.name
-        self.input_shapes = [t.shape for t in builder.inputs]
-        self.output_shapes = [t.shape for t in builder.outputs]
-        n_in, n_out = len(builder.inputs), len(builder.outputs)
-        self._in = ffi.new("Qnn_Tensor_t[]", [t.cdata[0] for t in builder.inputs] or 1)
-        self._out = ffi.new("Qnn_Tensor_t[]", [t.cdata[0] for t in builder.outputs] or 1)
+    def __init__(self, backend: Any, handle: Any, name: str, inputs: Sequence[Tensor], outputs: Sequence[Tensor],
+                 profile_level: int = 0, keep: Any = None) -> None:
+        self.keep = keep  # keeps every struct the graph's tensors point at alive
+        self.backend, self.handle, self.name = backend, handle, name
+        self.input_names = [t.name for t in inputs]
+        self.output_names = [t.name for t in outputs]
+        self.input_shapes = [t.shape for t in inputs]
+        self.output_shapes = [t.shape for t in outputs]
+        self.input_dtypes = [t.dtype for t in inputs]
+        self.output_dtypes = [t.dtype for t in outputs]
+        n_in, n_out = len(inputs), len(outputs)
+        self._in = ffi.new("Qnn_Tensor_t[]", [t.cdata[0] for t in inputs] or 1)
+        self._out = ffi.new("Qnn_Tensor_t[]", [t.cdata[0] for t in outputs] or 1)
         self._n_in, self._n_out = n_in, n_out
         self._lock = threading.Lock()
         self.profile = None
@@ -207,6 +269,15 @@ class QnnGraph:
                 mark = LOG.mark()
                 b.check(b.api.profileCreate(b.handle, profile_level, handle), "QnnProfile_create", mark)
             self.profile = handle[0]
+
+    @classmethod
+    def retrieved(cls, context: Context, info: GraphInfo, profile_level: int = 0) -> QnnGraph:
+        """The finalized graph ``info.name`` of a deserialized context, its tensors as the context describes
+        them."""
+        keep: list[Any] = []
+        tensors = ([_described(t, keep) for t in info.inputs], [_described(t, keep) for t in info.outputs])
+        handle = context.retrieve(info.name)
+        return cls(context.backend, handle, info.name, tensors[0], tensors[1], profile_level, keep=keep)
 
     def execute(self, inputs: Sequence[np.ndarray], outputs: Sequence[np.ndarray]) -> None:
         """Run once: ``inputs``/``outputs`` C-contiguous arrays of the declared shapes and dtypes (outputs are

@@ -26,6 +26,11 @@ def htp_file_name() -> str:
     return "QnnHtp.dll" if sys.platform == "win32" else "libQnnHtp.so"
 
 
+def system_file_name() -> str:
+    """QNN's system library (reads serialized contexts back), beside the backend library in every SDK."""
+    return "QnnSystem.dll" if sys.platform == "win32" else "libQnnSystem.so"
+
+
 def _sdk_lib_dirs(root: str) -> list[str]:
     """The SDK's library folders for this platform (the SDK ships one per target under lib/)."""
     machine = platform.machine().lower()

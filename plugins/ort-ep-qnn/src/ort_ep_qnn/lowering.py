@@ -16,6 +16,7 @@ import numpy as np
 
 from .emitter import NCHW_TO_NHWC, NHWC_TO_NCHW, Emitter, Values
 from .graph import Scalar, TensorParam
+from .runtime import QnnError
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -43,8 +44,9 @@ def _no_reason(node: Any, values: Values) -> None:
 
 # ------------------------------------------------------------------------------------- elementwise
 BINARY = {"Add": "ElementWiseAdd", "Sub": "ElementWiseSubtract", "Mul": "ElementWiseMultiply",
-          "Div": "ElementWiseDivide"}
-UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh"}
+          "Div": "ElementWiseDivide", "Pow": "ElementWisePower"}
+UNARY = {"Relu": "Relu", "Sigmoid": "Sigmoid", "Tanh": "Tanh", "Sqrt": "ElementWiseSquareRoot", "Exp": "ElementWiseExp",
+         "Abs": "ElementWiseAbs", "Neg": "ElementWiseNeg", "Erf": "Erf", "Gelu": "Gelu"}
 
 
 def _binary_why(node: Any, values: Values) -> str | None:
@@ -81,6 +83,21 @@ def _emit_unary(node: Any, em: Emitter) -> None:
     em.op(UNARY[node.op_type], [em.read(node.inputs[0])], [em.write(node.outputs[0])], hint=node.op_type)
 
 
+def _gelu_why(node: Any, values: Values) -> str | None:
+    approximate = _attr_str(node, "approximate", "none")
+    return None if approximate == "none" else f"Gelu with approximate='{approximate}' is not mapped (QNN's is erf's)"
+
+
+def _emit_bias_gelu(node: Any, em: Emitter) -> None:
+    """com.microsoft BiasGelu: Gelu(X + bias), bias broadcast over the last axis."""
+    shape = em.values.shape(node.outputs[0])
+    x = em.with_rank(node.inputs[0], len(shape), "BiasGelu_x")
+    bias = em.with_rank(node.inputs[1], len(shape), "BiasGelu_b")
+    summed = em.temp("BiasGelu_sum", shape)
+    em.op("ElementWiseAdd", [x, bias], [summed], hint="BiasGelu")
+    em.op("Gelu", [summed], [em.write(node.outputs[0])], hint="BiasGelu")
+
+
 # ------------------------------------------------------------------------------------------ matmul
 def _matmul_why(node: Any, values: Values) -> str | None:
     a, b = values.shape(node.inputs[0]), values.shape(node.inputs[1])
@@ -99,7 +116,7 @@ def _emit_matmul(node: Any, em: Emitter) -> None:
         # (..., M, K) @ (K, N): one 2-D product over the flattened rows, then the batch shape back
         rows = int(np.prod(a_shape[:-1]))
         a2 = em.reshape(em.read(node.inputs[0]), (rows, a_shape[-1]), hint="MatMul_rows")
-        y2 = em.temp("MatMul_y", (rows, b_shape[-1]))
+        y2 = em.temp("MatMul_y", (rows, b_shape[-1]), quant=em.out_quant(out))
         em.op("MatMul", [a2, em.read(node.inputs[1])], [y2], params, "MatMul")
         em.reshape(y2, em.values.shape(out), em.write(out), "MatMul_out")
         return
@@ -120,6 +137,9 @@ def _gemm_why(node: Any, values: Values) -> str | None:
 
 
 def _emit_gemm(node: Any, em: Emitter) -> None:
+    if em.quantized:
+        _emit_gemm_quantized(node, em)
+        return
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
     trans_a, trans_b = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
     a_name, b_name = node.inputs[0], node.inputs[1]
@@ -145,6 +165,27 @@ def _emit_gemm(node: Any, em: Emitter) -> None:
     else:
         c = em.with_rank(c_name, 2, "Gemm_C")
     em.op("ElementWiseAdd", [y, c], [em.write(out)], hint="Gemm_bias")
+
+
+def _emit_gemm_quantized(node: Any, em: Emitter) -> None:
+    """Gemm on quantized tensors as QNN's FullyConnected: weights (N, K), int32 bias of scale s_A * s_B."""
+    b_perm = None if node.attr("transB", 0) else (1, 0)
+    inputs = [em.read(node.inputs[0]), em.weight(node.inputs[1], b_perm, "Gemm_w")]
+    if len(node.inputs) > 2 and node.inputs[2]:
+        inputs.append(em.weight(node.inputs[2], None, "Gemm_b"))
+    em.op("FullyConnected", inputs, [em.write(node.outputs[0])], (), "Gemm")
+
+
+def _gemm_quantized_why(node: Any, values: Values) -> str | None:
+    if node.attr("transA", 0) or float(node.attr("alpha", 1.0)) != 1.0 or float(node.attr("beta", 1.0)) != 1.0:
+        return "quantized Gemm with transA or alpha/beta other than 1 is not mapped"
+    if values.constant(node.inputs[1]) is None:
+        return "quantized Gemm with weights computed at run time is not mapped"
+    if len(node.inputs) > 2 and node.inputs[2]:
+        c = values.constant(node.inputs[2])
+        if c is None or c.ndim != 1 or c.shape[0] != values.shape(node.outputs[0])[-1]:
+            return "quantized Gemm needs a constant 1-D bias of N values"
+    return None
 
 
 # -------------------------------------------------------------------------------- conv and pooling
@@ -222,21 +263,23 @@ def _emit_conv(node: Any, em: Emitter) -> None:
     dilations, strides = _ints(node, "dilations", [1, 1]), _ints(node, "strides", [1, 1])
     pads, _ = _spatial(node, em.values, kernel, dilations, strides)
     group = int(node.attr("group", 1))
-    bias = em.values.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    bias = np.zeros(out_channels, np.float32) if bias is None else np.asarray(bias, np.float32)
+    has_bias = len(node.inputs) > 2 and bool(node.inputs[2])
+    if has_bias:
+        bias = [em.weight(node.inputs[2], None, "Conv_b")]
+    else:  # a quantized Conv without bias takes none (QNN's bias input is optional)
+        bias = [] if em.quantized else [em.static(np.zeros(out_channels, np.float32), "Conv_b")]
     x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint="Conv_in")
     y_shape = em.values.shape(node.outputs[0])
-    y = em.temp("Conv_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC))
+    y = em.temp("Conv_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC), quant=em.out_quant(node.outputs[0]))
     params = [TensorParam("stride", np.array(strides, np.uint32)),
               TensorParam("pad_amount", np.array([[pads[0], pads[2]], [pads[1], pads[3]]], np.uint32)),
               TensorParam("dilation", np.array(dilations, np.uint32))]
+    weights = em.weight(node.inputs[1], (2, 3, 1, 0), "Conv_w")  # OIHW -> HWIO, I = input channels / group
     if not (group > 1 and group == w.shape[0] and w.shape[1] == 1):
-        weights = em.static(w.transpose(2, 3, 1, 0), "Conv_w")  # OIHW -> HWIO, I = input channels / group
         params.append(Scalar("group", group))
-        em.op("Conv2d", [x, weights, em.static(bias, "Conv_b")], [y], params, "Conv")
+        em.op("Conv2d", [x, weights, *bias], [y], params, "Conv")
     else:  # depthwise: QNN's filter is (H, W, 1, C)
-        weights = em.static(w.transpose(2, 3, 1, 0), "DwConv_w")
-        em.op("DepthWiseConv2d", [x, weights, em.static(bias, "Conv_b")], [y], params, "DwConv")
+        em.op("DepthWiseConv2d", [x, weights, *bias], [y], params, "DwConv")
     em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), "Conv_out")
 
 
@@ -257,7 +300,7 @@ def _emit_pool(node: Any, em: Emitter) -> None:
     pads, _ = _spatial(node, em.values, kernel, [1, 1], strides)
     x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint=f"{node.op_type}_in")
     y_shape = em.values.shape(node.outputs[0])
-    y = em.temp(f"{node.op_type}_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC))
+    y = em.temp(f"{node.op_type}_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC), quant=em.out_quant(node.outputs[0]))
     if node.op_type == "MaxPool":
         # QNN's PoolMax2d pads with zeros; ONNX's padding never wins a max. Pad with the lowest float first
         # (also the tail a ceil_mode window reaches past the input), then pool without padding.
@@ -266,6 +309,8 @@ def _emit_pool(node: Any, em: Emitter) -> None:
         right = (y.shape[2] - 1) * strides[1] + kernel[1] - w - pads[1]
         amounts = [[0, 0], [pads[0], max(bottom, 0)], [pads[1], max(right, 0)], [0, 0]]
         if any(a for pair in amounts for a in pair):
+            if em.quantized:
+                raise QnnError("a padded MaxPool is not mapped for quantized tensors")
             padded = em.temp("MaxPool_pad", (x.shape[0], h + pads[0] + max(bottom, 0), w + pads[1] + max(right, 0), c))
             em.op("Pad", [x], [padded], [Scalar("scheme", 0), TensorParam("pad_amount", np.array(amounts, np.uint32)),
                                          Scalar("pad_constant_value", float(np.finfo(np.float32).min), "float32")],
@@ -337,7 +382,7 @@ def _emit_gap(node: Any, em: Emitter) -> None:
     # NCHW's two last axes (it keeps that result in a layout later reshapes cannot take)
     x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint="GAP_in")
     n, _, _, c = x.shape
-    y = em.temp("GAP_nhwc", (n, 1, 1, c))
+    y = em.temp("GAP_nhwc", (n, 1, 1, c), quant=em.out_quant(node.outputs[0]))
     em.op("ReduceMean", [x], [y], [TensorParam("axes", np.array([1, 2], np.uint32)), Scalar("keep_dims", True, "bool")],
           "GAP")
     em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), "GAP_out")
@@ -376,6 +421,36 @@ def _reshape_why(node: Any, values: Values) -> str | None:
     return None
 
 
+def _reduce_axes(node: Any, values: Values) -> tuple[list[int] | None, str | None]:
+    """ReduceMean's axes (normalized, sorted; all axes when none are given), or why they are not mapped."""
+    rank = len(values.shape(node.inputs[0]))
+    if values.opset >= 18 and len(node.inputs) > 1 and node.inputs[1]:
+        axes = values.constant(node.inputs[1])
+        if axes is None:
+            return None, "axes computed at run time are not mapped"
+        axes = [int(a) for a in np.asarray(axes).reshape(-1)]
+    else:
+        axes = _ints(node, "axes", []) or []
+    if not axes:
+        if node.attr("noop_with_empty_axes", 0):
+            return None, "noop_with_empty_axes=1 without axes is not mapped"
+        axes = list(range(rank))
+    if any(not -rank <= a < rank for a in axes):
+        return None, f"axes {axes} are out of range for rank {rank}"
+    return sorted({a % rank for a in axes}), None
+
+
+def _reduce_why(node: Any, values: Values) -> str | None:
+    return _reduce_axes(node, values)[1]
+
+
+def _emit_reduce(node: Any, em: Emitter) -> None:
+    axes, _ = _reduce_axes(node, em.values)
+    keep = bool(node.attr("keepdims", 1))
+    em.op("ReduceMean", [em.read(node.inputs[0])], [em.write(node.outputs[0])],
+          [TensorParam("axes", np.array(axes, np.uint32)), Scalar("keep_dims", keep, "bool")], "ReduceMean")
+
+
 def _emit_reshape(node: Any, em: Emitter) -> None:
     em.reshape(em.read(node.inputs[0]), em.values.shape(node.outputs[0]), em.write(node.outputs[0]), node.op_type)
 
@@ -411,16 +486,81 @@ def _emit_softmax(node: Any, em: Emitter) -> None:
     elif em.values.opset < 13:  # softmax over the flattened trailing dims [axis:]
         rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
         x2 = em.reshape(x, (rows, cols), hint="Softmax_2d")
-        y2 = em.temp("Softmax_y", (rows, cols))
+        y2 = em.temp("Softmax_y", (rows, cols), quant=em.out_quant(out))
         em.op("Softmax", [x2], [y2], [Scalar("axis", 1), beta], "Softmax")
         em.reshape(y2, shape, em.write(out), "Softmax_out")
     else:  # move the axis last and back
         perm = [d for d in range(rank) if d != axis] + [axis]
         inverse = list(np.argsort(perm))
         xt = em.transpose(x, perm, hint="Softmax_in")
-        yt = em.temp("Softmax_y", xt.shape)
+        yt = em.temp("Softmax_y", xt.shape, quant=em.out_quant(out))
         em.op("Softmax", [xt], [yt], [Scalar("axis", rank - 1), beta], "Softmax")
         em.transpose(yt, inverse, em.write(out), "Softmax_out")
+
+
+# --------------------------------------------------------------------------------- quantize, dequantize
+def _emit_dequantize(node: Any, em: Emitter) -> None:
+    source = em.values.qdq.dq[node.outputs[0]]
+    x = em.read_quant(source.name, source.quant)
+    em.op("Dequantize", [x], [em.write(node.outputs[0])], (), "Dequantize")
+
+
+def _emit_quantize(node: Any, em: Emitter) -> None:
+    _, quant = em.values.qdq.q.get(node.inputs[0], (None, None))
+    if quant is None:
+        from .qdq import q_target
+
+        quant = q_target(node, em.values)
+    y = em.write_quant(node.outputs[0], quant, em.values.shape(node.outputs[0]))
+    em.op("Quantize", [em.read(node.inputs[0])], [y], (), "Quantize")
+
+
+def _qdq_why(node: Any, values: Values) -> str | None:
+    from .qdq import dq_source, q_target
+
+    if node.op_type == "DequantizeLinear":
+        source = dq_source(node, values)
+        if source is None:
+            return "only DequantizeLinear of 8/16-bit integers (or int32) with constant scale and zero point is mapped"
+        if source.quant.axis is not None and values.raw_constant(source.name) is None:
+            return "per-axis DequantizeLinear of values computed at run time is not mapped"
+        return None
+    if q_target(node, values) is None:
+        return "only QuantizeLinear to 8/16-bit integers with a constant per-tensor scale and zero point is mapped"
+    return None
+
+
+def quantized_why(node: Any, values: Values) -> str | None:
+    """Why ``node`` (a QDQ group's op) cannot run on quantized tensors, beyond its float rule; None if it can."""
+    if node.op_type == "Gemm":
+        return _gemm_quantized_why(node, values)
+    if node.op_type in ("Conv", "Gemm") and values.constant(node.inputs[1]) is None:
+        return "quantized weights computed at run time are not mapped"
+    return None
+
+
+def emit_nodes(em: Emitter, nodes: Sequence[Any], plan: Any) -> None:
+    """Emit ``nodes`` into one graph following ``plan`` (qdq.Plan): quantized ops on fixed-point tensors, the
+    QuantizeLinear nodes they write and DequantizeLinear nodes read only by them emit nothing."""
+    quantized_readers: dict[str, bool] = {}  # DequantizeLinear output -> whether only quantized ops read it here
+    for node in nodes:
+        for name in node.inputs:
+            if name:
+                quantized_readers[name] = quantized_readers.get(name, True) and node.id in plan.quantized
+    for node in nodes:
+        if node.id in plan.absorbed:
+            continue
+        if node.op_type == "DequantizeLinear":
+            out = node.outputs[0]
+            if out in em.values.qdq.constant_sources:
+                continue  # a quantized weight: read as its integers, or as the float constant it computes
+            if out not in em.outputs and quantized_readers.get(out, True):
+                continue  # read only by ops on quantized tensors
+        em.quantized = node.id in plan.quantized
+        try:
+            RULES[node.op_type].emit(node, em)
+        finally:
+            em.quantized = False
 
 
 RULES: dict[str, Rule] = {
@@ -440,9 +580,22 @@ RULES: dict[str, Rule] = {
     "Transpose": Rule(_no_reason, _emit_transpose),
     "Concat": Rule(_concat_why, _emit_concat),
     "Softmax": Rule(_no_reason, _emit_softmax),
+    "ReduceMean": Rule(_reduce_why, _emit_reduce),
+    "Gelu": Rule(_gelu_why, _emit_unary),
+    "BiasGelu": Rule(_no_reason, _emit_bias_gelu),
+    "DequantizeLinear": Rule(_qdq_why, _emit_dequantize),
+    "QuantizeLinear": Rule(_qdq_why, _emit_quantize),
 }
-"""The ONNX ops this slice maps (default domain, float32)."""
+"""The ONNX ops mapped (default domain, float32; QDQ groups of QUANT_OPS on fixed-point tensors)."""
 
-DATA_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (0,), "BatchNormalization": (0,)}
+FUSED = {("com.microsoft", "Gelu"), ("com.microsoft", "BiasGelu")}
+"""Fused ops of the contract (onnxruntime's contrib ops) that map: the erf GELU chain (after a bias Add or not)
+as QNN's Gelu."""
+
+SCALAR_CONSTANTS = frozenset(BINARY)
+"""Ops whose constant inputs may be scalars (rank 0): broadcast to the output's rank as (1, ..., 1)."""
+
+DATA_INPUTS: dict[str, tuple[int, ...]] = {"Reshape": (0,), "BatchNormalization": (0,), "DequantizeLinear": (0,),
+                                           "QuantizeLinear": (0,), "ReduceMean": (0,)}
 """Inputs that carry float data, for ops where others are shapes (the rest of an op's inputs are data)."""
 

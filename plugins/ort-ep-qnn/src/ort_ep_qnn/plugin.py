@@ -2,12 +2,13 @@
 
 Registration (available when the QNN HTP library is found, its API version is the verified one and its
 backend initialises), the factory making one ``QNNProvider`` per session, and its methods: thin answers built
-from ``runtime``, ``options``, ``capability`` and ``kernel``. Values stay in host memory (the HTP simulator on
-x86 computes there; on a device QNN copies them itself).
+from ``runtime``, ``options``, ``capability``, ``qdq``, ``contexts`` and ``kernel``. Values stay in host memory
+(the HTP simulator on x86 computes there; on a device QNN copies them itself).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import numpy as np
@@ -21,24 +22,30 @@ from ort_core.plugins import (
     UnsupportedSubgraph,
     provider_hooks,
 )
+from ort_core.plugins.context import ENABLE_KEY
 
 from . import __version__
 from . import qnn_api as q
 from . import runtime as rt
-from .capability import PROBES, probe_tag, unsupported_reason, values_of_subgraph, values_of_view
+from .capability import PROBES, probe_tag, quantized_reason, unsupported_reason, values_of_subgraph, values_of_view
+from .contexts import LoadedContexts, context_reason, is_qnn_context_node, load_contexts
 from .graph import GraphBuilder
-from .kernel import CompiledSubgraph
+from .kernel import CompiledSubgraph, ContextMismatch, Stage, build_stages, loaded_stages
+from .lowering import DATA_INPUTS
 from .options import DEFAULTS, Options, parse
+from .qdq import is_dequantized_constant, make_plan
 
 NAME = "QNNExecutionProvider"
+log = logging.getLogger("ort_ep_qnn")
 
 
 def _info() -> ProviderInfo:
     reason = rt.unavailable_reason()  # never raises: a missing library is an answer, not an error
     what = rt.backend().describe() if not reason else "QNN HTP backend (not loaded)"
     return ProviderInfo(NAME, (HOST,), available=not reason, reason=reason,
-                        description=f"{what} through its C API (cffi): fused float32 ONNX subgraphs built as QNN "
-                                    "graphs (on x86-64 the HTP backend is Qualcomm's Hexagon NPU simulator)",
+                        description=f"{what} through its C API (cffi): fused ONNX subgraphs (float32, fp16, QDQ "
+                                    "groups on fixed-point tensors) built as QNN graphs, EPContext models saved and "
+                                    "loaded (on x86-64 the HTP backend is Qualcomm's Hexagon NPU simulator)",
                         version=__version__, options=dict(DEFAULTS))
 
 
@@ -91,6 +98,10 @@ class QNNProvider(ExecutionProvider):
             self._check_precision(self.backend)
         self._context: rt.Context | None = None
         self._lock = threading.Lock()
+        self._exports: dict[str, rt.Context] = {}  # subgraph name -> its own context (ep.context_enable=1)
+        self._reexports: dict[str, bytes] = {}  # subgraph name -> the binary of the EPContext node it is
+        self._loaded: list[LoadedContexts] = []
+        self._retired: list[rt.Context] = []
 
     def _check_precision(self, backend: rt.Backend) -> None:
         opts = self.opts
@@ -113,7 +124,11 @@ class QNNProvider(ExecutionProvider):
         return probe_tag(self.backend, self.opts.soc_model, self.opts.precision)
 
     def preferences(self) -> Preferences:
-        return Preferences(bakes_weights=True)  # constants become static tensors of the QNN graph
+        # constants become static tensors of the QNN graph; QDQ groups stay nodes, to run on fixed-point tensors;
+        # the erf GELU chain fused into one Gelu where QNN's Gelu computes (fp16 targets: it does not finalize
+        # in float32 on the simulator's v68 target, where Erf does not either)
+        fused = frozenset({"com.microsoft::Gelu", "com.microsoft::BiasGelu"}) if self.opts.fp16 else frozenset()
+        return Preferences(keep_qdq=True, bakes_weights=True, fused_ops=fused)
 
     def get_capability(self, graph):
         nodes = graph.nodes()
@@ -122,8 +137,13 @@ class QNNProvider(ExecutionProvider):
         opts, backend = self.opts, self.backend
         PROBES.load(opts.cache_dir, self.tag)
         values = values_of_view(graph)
-        capability = Capability.from_reasons(
-            nodes, lambda node: unsupported_reason(node, values, backend, opts.soc_model, opts.precision))
+
+        def reason(node):  # QNN's own EPContext nodes (this provider's or onnxruntime's) load without compiling
+            if is_qnn_context_node(node):
+                return context_reason(node)
+            return unsupported_reason(node, values, backend, opts.soc_model, opts.precision)
+
+        capability = Capability.from_reasons(nodes, reason)
         PROBES.save(opts.cache_dir, self.tag)
         return capability
 
@@ -136,31 +156,116 @@ class QNNProvider(ExecutionProvider):
             return self._context
 
     def compile(self, subgraphs):
-        """Every subgraph of the session becomes a graph of one QNN context."""
+        """Every subgraph of the session becomes a graph of one QNN context; with ``ep.context_enable=1`` each
+        subgraph gets a context of its own, so that each EPContext node written holds a whole context.
+        EPContext nodes of QNN are deserialized, not compiled."""
         if self.problem:
             raise RuntimeError(self.problem)
-        context = self._session_context()
+        export = self.session.config.get(ENABLE_KEY, "0") == "1"
+        context_nodes = [n for sub in subgraphs for n in sub.nodes if is_qnn_context_node(n)]
+        loaded = None
+        if context_nodes:
+            try:
+                loaded = load_contexts(context_nodes, self.backend, self.opts.soc_model, self.session.model_path)
+            except (rt.QnnError, KeyError, ValueError) as e:
+                # no other provider can run an EPContext node of QNN: a plain error, which the core reports
+                # naming this plugin (an UnsupportedSubgraph would hand it on with the reason unsaid)
+                raise RuntimeError(f"{NAME}: a QNN EPContext node of the model cannot be loaded: {e}") from None
+            self._loaded.append(loaded)
         out = []
         for sub in subgraphs:
             values = values_of_subgraph(sub)
-            why = next((w for n in sub.nodes if (w := unsupported_reason(n, values, self.backend,
-                                                                          self.opts.soc_model,
-                                                                          self.opts.precision))), None)
+            has_contexts = any(is_qnn_context_node(n) for n in sub.nodes)
+            why = next((w for n in sub.nodes if not is_qnn_context_node(n)
+                        and (w := unsupported_reason(n, values, self.backend, self.opts.soc_model,
+                                                     self.opts.precision))), None)
             if why is not None:
                 out.append(UnsupportedSubgraph(why))
                 continue
             try:
-                out.append(CompiledSubgraph(sub, context, self.opts))
-            except rt.QnnError as e:
+                context = self._own_context(sub.name) if export else self._session_context()
+                failed: set = set()
+                stages = self._stages(sub, values, context, loaded, failed)
+                if export and failed:  # graphs that did not finalize stay in it: build again in a fresh one
+                    context = self._own_context(sub.name, fresh=True)
+                    stages = self._stages(sub, values, context, loaded, failed)
+                constants = {o: values.constant(o) for n in sub.nodes if is_dequantized_constant(n, values)
+                             for o in n.outputs if o in sub.outputs}
+                out.append(CompiledSubgraph(sub.name, stages, sub.inputs, sub.outputs, constants))
+            except (rt.QnnError, ContextMismatch, KeyError) as e:
                 out.append(UnsupportedSubgraph(f"{sub.name}: {e}"))
+                continue
+            if has_contexts and len(sub.nodes) == 1 and sub.nodes[0].name in loaded.by_node:
+                # a node whose binary holds its graphs only: saved again as it is (a binary shared with
+                # main_context=0 nodes stays with its original node, which the core then writes unchanged)
+                self._reexports[sub.name] = loaded.blobs[sub.nodes[0].name]
         return out
+
+    def _stages(self, sub, values, context: rt.Context, loaded: LoadedContexts | None,
+                failed: set | None = None) -> list[Stage]:
+        """Runs of ordinary nodes built and finalized in ``context``; EPContext nodes' graphs retrieved from their
+        deserialized contexts."""
+        stages: list[Stage] = []
+        run: list = []
+        nodes = list(sub.nodes)
+
+        opts, backend = self.opts, self.backend
+        plan = make_plan(nodes, values.qdq, lambda n: quantized_reason(n, values, backend, opts.soc_model,
+                                                                        opts.precision) is None, DATA_INPUTS)
+        if plan.quantized:
+            log.info("%s: %d op(s) on quantized tensors: %s", sub.name, len(plan.quantized),
+                     ", ".join(n.op_type for n in nodes if n.id in plan.quantized))
+
+        def flush(rest) -> None:
+            if run:
+                wanted = set(sub.outputs) | {n for node in rest for n in node.inputs if n}
+                stages.extend(build_stages(run, wanted, sub.name, context, self.opts, values, plan, failed))
+                run.clear()
+
+        for k, node in enumerate(nodes):
+            if is_dequantized_constant(node, values):
+                continue  # the float constant it computes is baked where it is read (or returned as it is)
+            if not is_qnn_context_node(node):
+                run.append(node)
+                continue
+            flush(nodes[k:])
+            ctx, graphs = loaded.graphs_of(node)
+            stages.extend(loaded_stages(graphs, ctx, node.inputs, node.outputs, node.label, self.opts))
+        flush([])
+        return stages
+
+    def _own_context(self, name: str, fresh: bool = False) -> rt.Context:
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"{NAME}: the provider was closed with its session")
+            ctx = self._exports.get(name)
+            if fresh and ctx is not None:
+                self._retired.append(ctx)  # its graphs' kernels are dropped; freed with the session
+                ctx = None
+            if ctx is None:
+                ctx = self._exports[name] = self.backend.create_context(self.opts.soc_model)
+            return ctx
+
+    def export_context(self, subgraph):
+        """The serialized QNN context of a subgraph compiled with ``ep.context_enable=1`` (every graph it was
+        built as), or the binary of the one EPContext node it was loaded from; None otherwise."""
+        if subgraph.name in self._reexports:
+            return self._reexports[subgraph.name]
+        if any(is_qnn_context_node(n) for n in subgraph.nodes):
+            return None
+        ctx = self._exports.get(subgraph.name)
+        return None if ctx is None else ctx.binary()
 
     def close(self) -> None:
         with self._lock:
             context, self._context = self._context, None
+            exports, self._exports = list(self._exports.values()) + self._retired, {}
+            loaded, self._loaded = self._loaded, []
             super().close()
-        if context is not None:
-            context.close()
+        for ctx in ([context] if context is not None else []) + exports:
+            ctx.close()
+        for contexts in loaded:
+            contexts.close()
 
 
 ort_register_providers, ort_create_provider = provider_hooks(_info, QNNProvider)

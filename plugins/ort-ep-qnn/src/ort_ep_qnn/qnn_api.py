@@ -34,14 +34,15 @@ typedef struct {
 } Qnn_Scalar_t;
 
 typedef struct { float scale; int32_t offset; } Qnn_ScaleOffset_t;
+typedef struct { int32_t axis; uint32_t numScaleOffsets; Qnn_ScaleOffset_t* scaleOffset; } Qnn_AxisScaleOffset_t;
 /* the widest member of the encoding union (bitwidth, axis, count, scales, offsets) fixes its size */
 typedef struct { uint32_t bitwidth; int32_t axis; uint32_t numElements; float* scales; int32_t* offsets; }
   Qnn_BwAxisScaleOffset_t;
 typedef struct {
   uint32_t encodingDefinition;
   uint32_t quantizationEncoding;
-  union { Qnn_ScaleOffset_t scaleOffsetEncoding; Qnn_BwAxisScaleOffset_t bwAxisScaleOffsetEncoding;
-          void* encodingPointer; };
+  union { Qnn_ScaleOffset_t scaleOffsetEncoding; Qnn_AxisScaleOffset_t axisScaleOffsetEncoding;
+          Qnn_BwAxisScaleOffset_t bwAxisScaleOffsetEncoding; void* encodingPointer; };
 } Qnn_QuantizeParams_t;
 
 typedef struct { void* data; uint32_t dataSize; } Qnn_ClientBuffer_t;
@@ -196,6 +197,54 @@ typedef struct {
 Qnn_ErrorHandle_t QnnInterface_getProviders(const QnnInterface_t*** providerList, uint32_t* numProviders);
 """
 
+SYSTEM_CDEF = """
+/* libQnnSystem: reading a serialized context's graphs and their input and output tensors back */
+typedef void* QnnSystemContext_Handle_t;
+
+/* QnnSystemInterface_t: the system library's id, name and API version, then its function table */
+typedef struct {
+  uint32_t backendId;
+  const char* providerName;
+  Qnn_Version_t systemApiVersion;
+  Qnn_ErrorHandle_t (*systemContextCreate)(QnnSystemContext_Handle_t* handle);
+  Qnn_ErrorHandle_t (*systemContextGetBinaryInfo)(QnnSystemContext_Handle_t handle, void* buffer, uint64_t size,
+                                                  const void** info, uint64_t* infoSize);
+  void* systemContextGetMetaData;
+  Qnn_ErrorHandle_t (*systemContextFree)(QnnSystemContext_Handle_t handle);
+} QnnSystemInterface_t;
+
+Qnn_ErrorHandle_t QnnSystemInterface_getProviders(const QnnSystemInterface_t*** providerList, uint32_t* numProviders);
+
+/* QnnSystemContext_BinaryInfo_t: the version, then (in a union aligned for pointers) the fields of version 3
+   read here; the version is checked before they are */
+typedef struct {
+  uint32_t backendId;
+  const char* buildId;
+  Qnn_Version_t coreApiVersion;
+  Qnn_Version_t backendApiVersion;
+  const char* reserved0;
+  Qnn_Version_t contextBlobVersion;
+  uint64_t reserved1;
+  uint32_t numContextTensors;
+  Qnn_Tensor_t* contextTensors;
+  uint32_t numGraphs;
+  void* graphs;
+} QnnSystemContext_BinaryInfoV3Head_t;
+typedef struct { uint32_t version; QnnSystemContext_BinaryInfoV3Head_t v3; } QnnSystemContext_BinaryInfoHead_t;
+
+/* one entry of the graphs array: every graph-info version starts with these fields; version 3 entries are
+   SYSTEM_GRAPH_INFO_STRIDE bytes apart */
+typedef struct {
+  const char* graphName;
+  uint32_t numGraphInputs;
+  Qnn_Tensor_t* graphInputs;
+  uint32_t numGraphOutputs;
+  Qnn_Tensor_t* graphOutputs;
+} QnnSystemContext_GraphInfoFields_t;
+typedef struct { uint32_t version; QnnSystemContext_GraphInfoFields_t info; } QnnSystemContext_GraphInfoHead_t;
+"""
+"""Declarations of the system library (``libQnnSystem``), kept apart: it has its own API version."""
+
 LIBC_CDEF = """
 int vsnprintf(char* str, size_t size, const char* format, void* args);
 int fflush(void* stream);
@@ -212,6 +261,12 @@ BACKEND_NAMES = {1: "reference", 2: "saver", 3: "CPU", 4: "GPU", 5: "DSP", 6: "H
 
 SUCCESS = 0
 
+# libQnnSystem: the system API version and the binary-info layouts these declarations were checked against
+VERIFIED_SYSTEM_API = ((1, 15),)
+SYSTEM_BINARY_INFO_VERSIONS = (3,)
+SYSTEM_GRAPH_INFO_VERSIONS = (3,)
+SYSTEM_GRAPH_INFO_STRIDE = 88  # bytes from one QnnSystemContext_GraphInfo_t to the next (version 3)
+
 
 def error_code(status: int) -> int:
     """The error code of a Qnn_ErrorHandle_t (its low 16 bits; the rest is backend-specific)."""
@@ -225,6 +280,15 @@ UINT_32 = 0x0132
 INT_32 = 0x0032
 BOOL_8 = 0x0508
 
+# quantized data types (fixed point: real = scale * (q + offset))
+UFIXED_POINT_8 = 0x0408
+UFIXED_POINT_16 = 0x0416
+SFIXED_POINT_8 = 0x0308
+SFIXED_POINT_16 = 0x0316
+SFIXED_POINT_32 = 0x0332
+UINT_8 = 0x0108
+INT_8 = 0x0008
+
 # Qnn_TensorType_t
 TENSOR_APP_WRITE = 0
 TENSOR_APP_READ = 1
@@ -236,6 +300,11 @@ OPCONFIG_VERSION_1 = 1
 DATA_FORMAT_DENSE = 0
 MEMTYPE_RAW = 0
 UNDEFINED = 0x7FFFFFFF  # the enums' "undefined" value (quantization definition and encoding here)
+
+# Qnn_Definition_t and Qnn_QuantizationEncoding_t
+DEFINITION_DEFINED = 1
+ENCODING_SCALE_OFFSET = 0
+ENCODING_AXIS_SCALE_OFFSET = 1
 
 # Qnn_ParamType_t
 PARAM_SCALAR = 0

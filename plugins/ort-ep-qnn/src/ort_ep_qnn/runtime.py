@@ -15,6 +15,7 @@ import os
 import tempfile
 import threading
 from collections import deque
+from dataclasses import dataclass
 from typing import Any
 
 import cffi
@@ -27,6 +28,7 @@ backend_log = logging.getLogger("ort_ep_qnn.backend")
 
 ffi = cffi.FFI()
 ffi.cdef(q.CDEF)
+ffi.cdef(q.SYSTEM_CDEF)
 ffi.cdef(q.LIBC_CDEF)
 _libc = ffi.dlopen(None)
 
@@ -163,6 +165,7 @@ class Backend:
         self.check(self.api.backendCreate(self.log_handle, ffi.NULL, handle), "QnnBackend_create", unavailable=True)
         self.handle = handle[0]
         self._closed = False
+        self._system: System | None = None
 
     def _check_versions(self) -> None:
         core = self.core_api[:2]
@@ -248,6 +251,18 @@ class Backend:
     def create_context(self, soc_model: int) -> Context:
         return Context(self, soc_model)
 
+    def context_from_binary(self, soc_model: int, blob: bytes) -> Context:
+        """A context deserialized from ``blob`` (``Context.binary()``, or onnxruntime's QNN context binary):
+        its graphs are finalized already and are found with ``Context.retrieve``."""
+        return Context(self, soc_model, blob)
+
+    def system(self) -> System:
+        """libQnnSystem of the same SDK (the folder of the backend library), loaded once."""
+        with self.lock:
+            if self._system is None:
+                self._system = System(os.path.join(os.path.dirname(self.path), library.system_file_name()))
+            return self._system
+
     def close(self) -> None:
         """Free the devices, the backend and the log (at exit: the backend's threads must not log into a
         finalizing interpreter)."""
@@ -264,19 +279,34 @@ class Backend:
 
 class Context:
     """A QNN context on one device: the graphs of one provider instance (or of capability probes) live in it;
-    freed with ``close``."""
+    freed with ``close``. Given ``blob`` (a serialized context), it is deserialized instead of created empty."""
 
-    def __init__(self, backend: Backend, soc_model: int) -> None:
+    def __init__(self, backend: Backend, soc_model: int, blob: bytes | None = None) -> None:
         self.backend, self.soc_model = backend, soc_model
         device = backend.device(soc_model)
         handle = ffi.new("Qnn_ContextHandle_t*")
         with backend.lock:
             mark = LOG.mark()
-            backend.check(backend.api.contextCreate(backend.handle, device, ffi.NULL, handle), "QnnContext_create",
-                          mark)
+            if blob is None:
+                backend.check(backend.api.contextCreate(backend.handle, device, ffi.NULL, handle),
+                              "QnnContext_create", mark)
+            else:
+                buf = ffi.from_buffer(blob)
+                backend.check(backend.api.contextCreateFromBinary(backend.handle, device, ffi.NULL, buf, len(blob),
+                                                                  handle, ffi.NULL),
+                              f"QnnContext_createFromBinary({len(blob)} bytes)", mark)
         self.handle = handle[0]
         self.graphs = 0
         self.closed = False
+
+    def retrieve(self, name: str) -> Any:
+        """The handle of the finalized graph ``name`` of a deserialized context."""
+        b = self.backend
+        handle = ffi.new("Qnn_GraphHandle_t*")
+        with b.lock:
+            mark = LOG.mark()
+            b.check(b.api.graphRetrieve(self.handle, name.encode(), handle), f"QnnGraph_retrieve({name})", mark)
+        return handle[0]
 
     def binary(self) -> bytes:
         """The serialized context (every finalized graph in it)."""
@@ -295,6 +325,102 @@ class Context:
             if not self.closed and not b._closed:
                 b.api.contextFree(self.handle, ffi.NULL)
             self.closed = True
+
+
+# ------------------------------------------------------------------------------------------- system
+@dataclass(frozen=True)
+class TensorInfo:
+    """A graph input or output as a serialized context describes it (deep-copied out of QNN's memory)."""
+
+    id: int
+    name: str
+    kind: int
+    data_type: int
+    shape: tuple[int, ...]
+    encoding: tuple[int, int, float, int]  # (definition, encoding, scale, offset): scale/offset only
+
+
+@dataclass(frozen=True)
+class GraphInfo:
+    """A graph of a serialized context: its name, inputs and outputs (in QNN's order)."""
+
+    name: str
+    inputs: tuple[TensorInfo, ...]
+    outputs: tuple[TensorInfo, ...]
+
+
+class System:
+    """libQnnSystem: ``graphs(blob)`` reads the graphs of a serialized context and their input and output
+    tensors (``QnnSystemContext_getBinaryInfo``) without loading it."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        try:
+            self.lib = ffi.dlopen(path)
+            get_providers = self.lib.QnnSystemInterface_getProviders
+        except (OSError, AttributeError) as e:
+            raise QnnError(f"cannot use QNN's system library {path} ({e}); it reads serialized contexts back "
+                           f"({library.HOW_TO_GET})") from None
+        providers, count = ffi.new("const QnnSystemInterface_t***"), ffi.new("uint32_t*")
+        status = get_providers(providers, count)
+        if status != q.SUCCESS or count[0] == 0:
+            raise QnnError(f"{path}: QnnSystemInterface_getProviders returned {q.error_code(status)}")
+        self.interface = providers[0][0]
+        self.version = _version(self.interface.systemApiVersion)
+        if self.version[:2] not in q.VERIFIED_SYSTEM_API:
+            raise QnnError(f"{path} reports QNN system API {_fmt(self.version)}; this provider's declarations of its "
+                           f"structs are verified for system API "
+                           f"{', '.join(_fmt(v) for v in q.VERIFIED_SYSTEM_API)} only")
+        self.lock = threading.Lock()
+
+    def graphs(self, blob: bytes) -> list[GraphInfo]:
+        """The graphs of the serialized context ``blob``; QnnError when it is not one this library reads."""
+        api = self.interface
+        handle = ffi.new("QnnSystemContext_Handle_t*")
+        with self.lock:
+            status = api.systemContextCreate(handle)
+            if status != q.SUCCESS:
+                raise QnnError(f"QnnSystemContext_create failed (code {q.error_code(status)})")
+            try:
+                buf = ffi.new("uint8_t[]", bytes(blob))  # the library may write into the buffer it reads
+                info, size = ffi.new("const void**"), ffi.new("uint64_t*")
+                status = api.systemContextGetBinaryInfo(handle[0], buf, len(blob), info, size)
+                if status != q.SUCCESS or info[0] == ffi.NULL:
+                    raise QnnError(f"QnnSystemContext_getBinaryInfo failed (code {q.error_code(status)}): not a QNN "
+                                   "context binary this library reads")
+                return _read_binary_info(ffi.cast("QnnSystemContext_BinaryInfoHead_t*", info[0]))
+            finally:
+                api.systemContextFree(handle[0])
+
+
+def _read_binary_info(head: Any) -> list[GraphInfo]:
+    if int(head.version) not in q.SYSTEM_BINARY_INFO_VERSIONS:
+        raise QnnError(f"the context binary's info has version {int(head.version)}; this provider reads version(s) "
+                       f"{q.SYSTEM_BINARY_INFO_VERSIONS} only")
+    v3 = head.v3
+    base = ffi.cast("uint8_t*", v3.graphs)
+    out = []
+    for k in range(int(v3.numGraphs)):
+        entry = ffi.cast("QnnSystemContext_GraphInfoHead_t*", base + k * q.SYSTEM_GRAPH_INFO_STRIDE)
+        if int(entry.version) not in q.SYSTEM_GRAPH_INFO_VERSIONS:
+            raise QnnError(f"graph {k} of the context binary has info version {int(entry.version)}; this provider "
+                           f"reads version(s) {q.SYSTEM_GRAPH_INFO_VERSIONS} only")
+        g = entry.info
+        out.append(GraphInfo(ffi.string(g.graphName).decode(),
+                             tuple(_tensor_info(g.graphInputs[i]) for i in range(int(g.numGraphInputs))),
+                             tuple(_tensor_info(g.graphOutputs[i]) for i in range(int(g.numGraphOutputs)))))
+    return out
+
+
+def _tensor_info(t: Any) -> TensorInfo:
+    v1 = t.v1  # every tensor version starts with the version-1 fields
+    qp = v1.quantizeParams
+    encoding = (int(qp.encodingDefinition), int(qp.quantizationEncoding), 0.0, 0)
+    if encoding[1] == q.ENCODING_SCALE_OFFSET:
+        encoding = (encoding[0], encoding[1], float(qp.scaleOffsetEncoding.scale),
+                    int(qp.scaleOffsetEncoding.offset))
+    shape = tuple(int(v1.dimensions[i]) for i in range(int(v1.rank)))
+    return TensorInfo(int(v1.id), ffi.string(v1.name).decode(), int(v1.type), int(v1.dataType), shape, encoding)
 
 
 # ----------------------------------------------------------------------------------------- registry
