@@ -8,9 +8,10 @@ for the Add chain, and each target met or missed. Extra ort-core providers (Open
 fp32/bf16), when installed and available, get rows as ratios to both CPU providers.
 
 Usage: python bench/bench_latency.py [MODEL ...] [--runs N] [--budget S] [--quick] [--no-openvino]
-[--no-onednn] [--no-creation] [--no-memory] [--no-floor] [--markdown PATH]. MODEL: a path, a light
+[--no-onednn] [--no-creation] [--no-memory] [--no-floor] [--markdown PATH] [--quant]. MODEL: a path, a light
 model of the onnx wheel ('resnet50', 'vgg19', ...), 'demo', or a built one: 'resnet18_seeded', 'bert',
-'gpt2', 'lstm', 'adds1000' (models.py); default: all of these, conv models first.
+'gpt2', 'lstm', 'adds1000' (models.py); default: all of these, conv models first. ``--quant``: the int8
+comparison of bench_quant.py instead (its own models and options).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import argparse
 import gc
 import os
 import platform
+import sys
 import tempfile
 import time
 import warnings
@@ -55,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--no-memory", action="store_true", help="skip peak memory (subprocesses)")
     ap.add_argument("--no-floor", action="store_true", help="skip the profile and the BLAS floor")
     ap.add_argument("--markdown", default=os.path.join(HERE, "results.md"), help="where the Markdown goes")
+    ap.add_argument("--quant", action="store_true", help="int8 side by side instead (bench_quant.py)")
     args = ap.parse_args()
     args.runs = args.runs or (10 if args.quick else 30)
     args.budget = args.budget if args.budget is not None else (4.0 if args.quick else 12.0)
@@ -196,6 +199,10 @@ def _load() -> float | None:
 
 
 def main() -> None:
+    if "--quant" in sys.argv[1:]:  # quantized models instead: bench_quant.py takes the other arguments
+        import bench_quant
+
+        return bench_quant.main(sys.argv[1:])
     args = parse_args()
     try:
         import onnxruntime as ort

@@ -40,6 +40,7 @@ PICKY_SRC = """
 
         def get_capability(self, graph):
             EVENTS.append(("capability",))
+            EVENTS.append(("offered", tuple(n.op_type for n in graph.nodes())))
             if self.options.get("fail") == "capability":
                 raise RuntimeError("capability probe crashed")
             ops = {**OPS, "MatMul": np.matmul} if self.options.get("fuse") == "1" else OPS
@@ -246,8 +247,10 @@ def test_a_provider_that_keeps_qdq_groups_sees_the_dequantize_of_weights(picky):
     assert "DequantizeLinear" not in {n.op_type for n in plain._model.graph.nodes}  # folded for float providers
     with pytest.warns(ort.OrtWarning):
         kept = ort.InferenceSession(qdq_matmul_model(), providers=[(PICKY, {"keep_qdq": "1"})])
-    assert [n.op_type for n in kept._model.graph.nodes] == ["DequantizeLinear", "MatMul"]
-    assert "dq" in _placement(kept)  # offered to the providers, run at run time
+    offered = [e[1] for e in picky.EVENTS if e[0] == "offered"]
+    assert offered == [("DequantizeLinear", "MatMul")]  # the weight's DequantizeLinear was offered
+    # nobody took it, so the CPU provider folds it into a float weight after partitioning: not dequantized per run
+    assert [n.op_type for n in kept._model.graph.nodes] == ["MatMul"]
     np.testing.assert_allclose(kept.run(None, {"x": x})[0], plain.run(None, {"x": x})[0], rtol=1e-6)
     # set_providers optimizes again for the new list: folded once no provider keeps QDQ
     kept.set_providers(["CPUExecutionProvider"])

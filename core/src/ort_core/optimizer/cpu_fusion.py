@@ -16,6 +16,7 @@ from ..ir.graph import Model, Node
 from .attention_fusion import fuse_attention
 from .gelu_fusion import fuse_gelus
 from .layernorm_fusion import fuse_layer_norms
+from .qdq_fusion import fuse_qdq
 from .rewrite import CONTRIB, DOMAIN, Matcher
 from .skip_layernorm_fusion import fuse_skip_layer_norms
 
@@ -29,7 +30,8 @@ def fuse_nodes(model: Model, node_ids: set[int], allowed: frozenset[str] | None 
     ``allowed``: make only these fused ops ("domain::op_type"; before partitioning, the ones the session's
     providers declare they run), None: all of them."""
     m = Matcher(model, node_ids, allowed)
-    fused = _fuse_transformers(m)
+    fused = fuse_qdq(m)  # first: the integer groups hold the Conv/MatMul the float fusions would take
+    fused += _fuse_transformers(m)
     fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
     if fused:
         domains = {n.domain for n in model.graph.nodes}

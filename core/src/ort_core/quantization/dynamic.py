@@ -24,7 +24,7 @@ def quantize_dynamic(model_input, model_output, op_types_to_quantize=None, per_c
     extra.setdefault("MatMulConstBOnly", True)
     cfg = Config.make(op_types_to_quantize, DYNAMIC_OPS, per_channel, reduce_range, QuantType.QUInt8, weight_type,
                       nodes_to_quantize, nodes_to_exclude, extra)
-    model = graph.load(model_input)
+    model = graph.upgrade_opset(graph.load(model_input), 11)  # DynamicQuantizeLinear is opset 11's, as in onnxruntime
     ed = graph.Editor(model)
     _gemm_to_matmul(ed)
     DynamicWriter(ed, cfg).write()

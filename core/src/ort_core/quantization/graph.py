@@ -158,3 +158,17 @@ class Editor:
                 self.remove_initializer(name)
         del self.graph.value_info[:]
         return self.model
+
+
+def upgrade_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
+    """``model`` at default-domain opset ``version`` at least (16-bit and 4-bit Q/DQ need opset 21)."""
+    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+    if current >= version:
+        return model
+    try:
+        return onnx.version_converter.convert_version(model, version)
+    except Exception:  # noqa: BLE001 - the converter lacks some adapters; the ops used keep their meaning
+        for o in model.opset_import:
+            if o.domain in ("", "ai.onnx"):
+                o.version = version
+        return model

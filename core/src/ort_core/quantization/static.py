@@ -31,7 +31,10 @@ def quantize_static(model_input, model_output, calibration_data_reader, quant_fo
     if {cfg.activation_type, cfg.weight_type} & WIDE_TYPES:
         if fmt != QuantFormat.QDQ:
             raise ValueError("16-bit and 4-bit types are written in the QDQ format only")
-        model = upgrade_opset(model, 21)
+        model = graph.upgrade_opset(model, 21)
+    # QuantizeLinear/DequantizeLinear take a per-channel axis from opset 13; below 11, onnxruntime's quantizer
+    # moves models to 11 too
+    model = graph.upgrade_opset(model, 13 if per_channel else 11)
     ed = graph.Editor(model)
     tensors = tensors_to_calibrate(ed, cfg)
     ranges = compute_ranges(model, tensors, calibration_data_reader, CalibrationMethod(calibrate_method),
@@ -71,17 +74,3 @@ def adjust_ranges(ed: graph.Editor, ranges: dict, cfg: Config) -> None:
                 ranges[src] = ranges[dst]
         elif node.op_type == "Softmax" and node.output[0] in ranges:
             ranges[node.output[0]] = (np.float32(0.0), np.float32(1.0))
-
-
-def upgrade_opset(model: onnx.ModelProto, version: int) -> onnx.ModelProto:
-    """``model`` at default-domain opset ``version`` at least (16-bit and 4-bit Q/DQ need opset 21)."""
-    current = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-    if current >= version:
-        return model
-    try:
-        return onnx.version_converter.convert_version(model, version)
-    except Exception:  # noqa: BLE001 - the converter lacks some adapters; the ops used keep their meaning
-        for o in model.opset_import:
-            if o.domain in ("", "ai.onnx"):
-                o.version = version
-        return model

@@ -12,7 +12,7 @@ from ...ir.graph import onnx_domain
 from ...memory import HOST, HostAllocator
 from ...memory.arena import host_arena
 from ...optimizer import EXTENDED
-from ...plugins import Capability, ExecutionProvider, ProviderInfo, is_context_node, provider_hooks
+from ...plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, is_context_node, provider_hooks
 from . import ops  # noqa: F401  (importing registers the kernels)
 from .registry import lookup, outer_scope_names
 
@@ -49,6 +49,11 @@ class CPUProvider(ExecutionProvider):
             return f"no CPU kernel for {dom}{node.op_type} at opset {opset}"
 
         return Capability.from_reasons(graph.nodes(), reason, fuse=False)
+
+    def preferences(self):
+        """At level extended and up the quantized weights' DequantizeLinear stay nodes until its transform:
+        its QDQ fusion builds integer kernels from them and folds whatever is left into float weights."""
+        return Preferences(keep_qdq=self.session.optimization_level >= EXTENDED)
 
     def transform(self, view):
         """ort-core's fusions over its nodes, at optimization level extended and up."""

@@ -26,7 +26,9 @@ per column, then the float bias is added.
   K = 0 gives C (or 0) scaled, where onnxruntime 1.32 writes bytes into a float output.
 
 For DynamicQuantizeMatMul and MatMulIntegerToFloat, a B that is a constant initializer (with its zero
-point, if any) is shifted by its zero point once, at build time, when the factory receives the graph.
+point, if any) is shifted by its zero point once, at build time, when the factory receives the graph, and
+its K split into the blocks qexact.py proves exact in float32 (usually one): the accumulator is then the
+exact integer, rounded once to float32 as onnxruntime's int32 accumulator is.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from ....ir.graph import Node
 from ....limits import check_tensor_size
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
+from .qexact import add_blocks, dynamic_shifted, k_blocks, shifted
 from .qlinear import INT8_TYPES, check_int8, check_zero_point_type, int_matmul, to_int32, zero_point_shifted
 from .quantize import dynamic_quantize_linear, saturate_to
 
@@ -102,14 +105,15 @@ def _shifted_constant_b(node: Node, graph, b_pos: int, zp_pos: int):
         return None
     out = zero_point_shifted(b, None if zp is None else zp.reshape(()) if zp.size == 1 else zp, _F32)
     out.flags.writeable = False
-    return out
+    blocks = k_blocks(np.abs(out.reshape(-1, *out.shape[-2:])).max(axis=0), 255) if out.ndim >= 2 else None
+    return out, blocks
 
 
 def _accumulate(label: str, a, a_zp, b, b_zp, shifted_b) -> np.ndarray:
     """(a - a_zp) @ (b - b_zp) in float32 (wrapped to int32 range where needed), for the float outputs of
-    these ops: exact while partial sums stay below 2**24, and otherwise within a few float32 roundings of
-    the exact integer (the output is rounded to float32 anyway). A constant B, shifted once at build
-    time, takes one float32 BLAS product; a B fed at run time goes through the exact product."""
+    these ops. A constant B, shifted once at build time, takes one float32 BLAS product per exact block of K
+    (qexact.py: the exact integer, rounded once to float32); a B fed at run time goes through qlinear.py's
+    exact product."""
     if a.ndim == 0 or b.ndim == 0:
         raise KernelError(f"{label}: matmul operands must have rank >= 1, got {a.shape} and {b.shape}")
     k = a.shape[-1]
@@ -122,8 +126,11 @@ def _accumulate(label: str, a, a_zp, b, b_zp, shifted_b) -> np.ndarray:
     check_tensor_size(label, batch + a.shape[-2:-1] + b.shape[-1:] * (b.ndim > 1), _F32)
     if shifted_b is None:
         acc = int_matmul(label, a, b, a_zp, b_zp)
-    else:
-        acc = np.matmul(zero_point_shifted(a, a_zp, _F32), shifted_b)
+    elif shifted_b[1] is None:  # no exact split: float32, within a few roundings of the integer
+        acc = np.matmul(shifted(a, a_zp), shifted_b[0])
+    else:  # exact blocks of K (below 2**24 each, so no int32 wrap), added as integers
+        sa, sb = shifted(a, a_zp), shifted_b[0]
+        return add_blocks(np.matmul(sa[..., i:j], sb[..., i:j, :]) for i, j in shifted_b[1])
     if k * 255 * 255 >= 2 ** 31:  # an int32 accumulator can wrap
         acc = to_int32(acc)
     return acc.astype(_F32, copy=False)
@@ -137,7 +144,9 @@ def _scale_output(label: str, acc, b_shape, a_scale, b_scale, bias, a_scale_in_g
     mult = a_s.reshape(()) if a_scale_in_gemm else _F32(1)
     if in_gemm_b:
         mult = mult * (b_s.reshape(()) if b_s.size == 1 else b_s)
-    y = acc * mult
+    # acc is this call's own float32 accumulator: scaled in place (a fresh array per pass costs page faults)
+    in_place = acc.dtype == _F32 and _broadcasts_to(np.shape(mult), acc.shape)
+    y = np.multiply(acc, mult, out=acc) if in_place else acc * mult
     if bias is not None:
         n = b_shape[-1] if len(b_shape) > 1 else 1
         if bias.shape != (n,):
@@ -171,9 +180,16 @@ def _dynamic_quantize_matmul(node: Node, opset: int, graph=None):
         if b_scale.dtype != np.float32 or (bias is not None and bias.dtype != np.float32):
             raise KernelError(f"{label}: b_scale and bias must be float32")
         z = _b_zero_point(label, b_zp, b)
-        qa, a_scale, a_zp = quantize(a)
-        acc = _accumulate(label, qa, a_zp, b, z, shifted_b)
-        return (_scale_output(label, acc, b.shape, a_scale, b_scale, bias),)
+        if shifted_b is not None and shifted_b[1] is not None and a.dtype == np.float32 and a.ndim >= 1 \
+                and a.shape[-1] == shifted_b[0].shape[-2]:
+            # A's codes minus their zero point straight in float32 (qexact.dynamic_shifted), B prepared
+            sa, a_scale, _ = dynamic_shifted(a)
+            sb = shifted_b[0]
+            acc = add_blocks(np.matmul(sa[..., i:j], sb[..., i:j, :]) for i, j in shifted_b[1])
+        else:
+            qa, a_scale, a_zp = quantize(a)
+            acc = _accumulate(label, qa, a_zp, b, z, shifted_b)
+        return (_scale_output(label, acc, b.shape, np.asarray(a_scale), b_scale, bias),)
 
     return kernel
 

@@ -1,6 +1,8 @@
 """CPU kernels for arithmetic on quantized tensors: MatMulInteger, ConvInteger, QLinearMatMul and
 QLinearConv. Integer accumulation is exact (see exact_product and exact_float); convolutions run
-through conv.py's Conv kernel. Plain (de)quantization is in quantize.py.
+through conv.py's Conv kernel. Plain (de)quantization is in quantize.py. QLinearConv and QLinearMatMul
+with constant weights and parameters get the kernels prepared at build time in qlinear_conv.py and
+qlinear_matmul.py (exact blocked float32 products, qexact.py); the kernels here serve everything else.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
 from .conv import conv_factory
+from .qlinear_conv import prepared_qlinear_conv
+from .qlinear_matmul import prepared_qlinear_matmul
 from .quantize import FLOAT8, INT_RANGES, saturate_to
 
 INT8_TYPES = (np.dtype(np.int8), np.dtype(np.uint8))
@@ -128,9 +132,13 @@ def _matmul_integer(node: Node, opset: int):
 
 
 @register("QLinearMatMul", since=10)
-def _qlinear_matmul(node: Node, opset: int):
+def _qlinear_matmul(node: Node, opset: int, graph=None):
     """Integer operands accumulate exactly; float8 operands (opset 21) are dequantized to float32,
-    multiplied and quantized back with saturation (the reference evaluator has no float8 path)."""
+    multiplied and quantized back with saturation (the reference evaluator has no float8 path). A constant
+    8-bit B with constant parameters is prepared once (qlinear_matmul.py)."""
+    prepared = prepared_qlinear_matmul(node, opset, graph)
+    if prepared is not None:
+        return prepared
     label = node.label
 
     def kernel(a, a_scale, a_zp, b, b_scale, b_zp, y_scale, y_zp):
@@ -204,7 +212,10 @@ def _conv_integer(node: Node, opset: int):
 
 
 @register("QLinearConv", since=10)
-def _qlinear_conv(node: Node, opset: int):
+def _qlinear_conv(node: Node, opset: int, graph=None):
+    prepared = prepared_qlinear_conv(node, opset, graph)  # constant weights: prepared once (qlinear_conv.py)
+    if prepared is not None:
+        return prepared
     label = node.label
     conv = conv_factory(node, opset)
 
