@@ -73,12 +73,13 @@ def scenario_mechanism():
         else:
             raise AssertionError(f"{error.__name__} not raised")
     try:
-        onnxruntime.SparseTensor  # noqa: B018
+        onnxruntime.AdapterFormat  # noqa: B018
     except AttributeError as e:
         assert "ort-core" in str(e)
     else:
-        raise AssertionError("onnxruntime.SparseTensor, which ort-core lacks, did not raise AttributeError")
-    assert not hasattr(onnxruntime, "LoraAdapter")
+        raise AssertionError("onnxruntime.AdapterFormat, which ort-core lacks, did not raise AttributeError")
+    assert not hasattr(onnxruntime, "ModelPackage")
+    assert onnxruntime.SparseTensor is ort_core.SparseTensor and onnxruntime.LoraAdapter is ort_core.LoraAdapter
     assert onnxruntime.get_ep_devices is ort_core.get_ep_devices and onnxruntime.ModelCompiler is ort_core.ModelCompiler
     return {}
 
@@ -180,11 +181,11 @@ def scenario_no_onnxruntime():
         else:
             raise AssertionError(f"{name} imported with no onnxruntime installed")
     # the quantizer ort-core has of its own serves instead: the same module objects, not copies
-    import ort_core.quantization
-    import ort_core.quantization.calibrate
-
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: F401
     from onnxruntime.quantization.calibrate import CalibrationDataReader
+
+    import ort_core.quantization
+    import ort_core.quantization.calibrate
 
     assert sys.modules["onnxruntime.quantization"] is ort_core.quantization
     assert CalibrationDataReader is ort_core.quantization.calibrate.CalibrationDataReader

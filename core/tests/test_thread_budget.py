@@ -122,3 +122,19 @@ def test_openvino_and_onednn_take_the_budget_unless_their_own_option_says(monkey
     if not checked:
         pytest.skip("neither the OpenVINO nor the oneDNN plugin is installed and available")
     assert ort.SessionOptions().intra_op_num_threads == 0
+
+
+@pytest.mark.skipif(not blas_threads(), reason="threadpoolctl finds no BLAS library in this process")
+def test_a_session_collected_while_the_pool_is_busy_never_blocks_and_is_counted_out_later():
+    """A garbage collection may run a session's finalizer inside the pool's own work, in the same thread
+    (while threadpoolctl is imported, say): the finalizer must not wait for the lock it interrupts."""
+    original = max(blas_threads())
+    pool = BlasPool()
+    one = Owner()
+    pool.register(one, 1)
+    with pool._lock:  # the pool is busy in this very thread
+        del one
+        gc.collect()  # runs the finalizer here: it must return at once
+        assert len(pool._live) == 1
+    assert pool.threads() == original and pool._live == {}  # counted out on the next use: BLAS as it was
+    assert max(blas_threads()) == original

@@ -13,6 +13,7 @@ from . import blas as _blas
 
 _blas.choose_kernels_before_numpy()  # must run before anything below imports numpy
 
+from .arena_config import OrtArenaCfg, create_and_register_allocator, create_and_register_allocator_v2
 from .blas import blas_info
 from .compat import install_as_onnxruntime as install_as_onnxruntime  # "as": exported
 from .customops import CustomOp, CustomOpInput, CustomOpOutput, custom_op, register_custom_op, unregister_custom_op
@@ -46,13 +47,15 @@ from .errors import (
     PluginError,
     RunTerminated,
 )
-from .io_types import ModelMetadata, NodeArg
+from .io_types import ModelMetadata, NodeArg, OrtEpAssignedNode, OrtEpAssignedSubgraph
 from .iobinding import IOBinding
+from .lora import LoraAdapter
 from .model_compiler import ModelCompiler, OrtCompileApiFlags
 from .options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from .ortvalue import OrtValue
 from .plugin_library import register_execution_provider_library, unregister_execution_provider_library
 from .session import InferenceSession
+from .sparse import OrtSparseFormat, SparseTensor
 
 __version__ = "0.1.0"
 
@@ -137,12 +140,14 @@ def enable_telemetry_events() -> None:
 __all__ = [
     "CustomOp", "CustomOpInput", "CustomOpOutput", "ExecutionMode", "ExecutionOrder", "ExternalDataError", "Fail",
     "GraphOptimizationLevel", "IOBinding", "InferenceSession", "InvalidArgument", "InvalidGraph", "InvalidProtobuf",
-    "KernelError", "ModelCompiler", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp", "OrtAllocatorType",
-    "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId", "OrtEpDevice", "OrtError",
-    "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType", "OrtMemoryInfo",
-    "OrtMemoryInfoDeviceType", "OrtSyncStream", "OrtValue", "OrtWarning", "PluginError", "RunOptions", "RunTerminated",
-    "SessionOptions", "blas_info", "copy_tensors", "custom_op", "disable_telemetry_events", "enable_telemetry_events",
+    "KernelError", "LoraAdapter", "ModelCompiler", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplementedOp",
+    "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags", "OrtDevice", "OrtDeviceMemoryType", "OrtDeviceVendorId",
+    "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpDevice", "OrtError", "OrtExecutionProviderDevicePolicy",
+    "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType",
+    "OrtSparseFormat", "OrtSyncStream", "OrtValue", "OrtWarning", "PluginError", "RunOptions", "RunTerminated",
+    "SessionOptions", "SparseTensor", "blas_info", "copy_tensors", "create_and_register_allocator",
+    "create_and_register_allocator_v2", "custom_op", "disable_telemetry_events", "enable_telemetry_events",
     "get_all_providers", "get_available_providers", "get_build_info", "get_device", "get_ep_devices",
     "get_version_string", "register_custom_op", "register_execution_provider_library", "set_default_logger_severity",
-    "set_seed", "unregister_custom_op", "unregister_execution_provider_library",
+    "set_seed", "unregister_custom_op", "unregister_execution_provider_library"
 ]

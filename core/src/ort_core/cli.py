@@ -1,6 +1,7 @@
-"""The ``ort-core`` command: run a model, list providers, run the bundled demo.
+"""The ``ort-core`` command: run a model, explain its placement, list providers, run the bundled demo.
 
-A thin shell over the Python API; it holds no runtime logic of its own.
+A thin shell over the Python API; it holds no runtime logic of its own (inputs: ``cli_inputs``). Output to a
+pipe closed early (``| head``) ends the command quietly.
 """
 
 from __future__ import annotations
@@ -9,14 +10,17 @@ import argparse
 import os
 import sys
 import time
+import warnings
 from importlib import resources
 
 import numpy as np
 
-from . import InferenceSession, OrtError, __version__
+from . import InferenceSession, NotImplementedOp, OrtError, __version__
 from .blas import blas_info
-from .ir.types import np_dtype
+from .cli_inputs import parse_shapes, random_input, read_inputs
 from .plugins.manager import get_registry
+
+__all__ = ["demo_input", "demo_model_path", "main", "random_input", "summarize"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -27,7 +31,11 @@ def main(argv: list[str] | None = None) -> int:
     p_run = sub.add_parser("run", help="run a model on given or random inputs")
     p_run.add_argument("model", help="path to an .onnx file")
     p_run.add_argument("--input", "-i", action="append", default=[], metavar="NAME=FILE.npy",
-                       help="feed an input from a .npy file (repeatable); others get random data")
+                       help="feed an input from NAME=FILE.npy, NAME=FILE.npz or FILE.npz (arrays named after inputs); "
+                            "converted to the declared type with a warning; repeatable; others get random data")
+    p_run.add_argument("--shape", "-s", action="append", default=[], metavar="NAME=D0,D1,...",
+                       help="shape of the random data for an input with free dimensions (such as "
+                            "image=1,3,224,224); free dimensions not given are 1")
     p_run.add_argument("--providers", "-p", default="CPUExecutionProvider",
                        help="comma-separated providers in priority order (default: CPU)")
     p_run.add_argument("--repeat", "-r", type=int, default=1, help="runs to time (median is printed)")
@@ -41,8 +49,21 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("providers", help="list installed providers, availability and reason")
     p_demo = sub.add_parser("demo", help="run the small model bundled with ort-core")
     p_demo.add_argument("--repeat", "-r", type=int, default=50)
+    p_demo.add_argument("--providers", "-p", default="CPUExecutionProvider",
+                        help="comma-separated providers in priority order (default: CPU)")
 
     args = parser.parse_args(argv)
+    try:
+        code = _command(args)
+        sys.stdout.flush()  # a pipe's buffer is written here, not at exit, so a closed pipe is caught below
+        return code
+    except BrokenPipeError:  # the reader went away (`| head`): stop quietly, as other commands do
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the flush at exit does not fail again
+        return 0
+
+
+def _command(args) -> int:
     try:
         if args.command == "run":
             return _run(args)
@@ -51,27 +72,41 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "explain":
             return _explain(args)
         return _demo(args)
+    except BrokenPipeError:
+        raise
     except (OrtError, OSError, ValueError) as e:
+        sys.stdout.flush()
         print(f"ort-core: error: {e}", file=sys.stderr)
         return 1
 
 
+def _providers_of(args) -> list[str]:
+    return [p.strip() for p in args.providers.split(",") if p.strip()]
+
+
 def _run(args) -> int:
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
-    sess = InferenceSession(args.model, providers=providers)
-    feeds = {}
-    for item in args.input:
-        name, sep, path = item.partition("=")
-        if not sep:
-            raise ValueError(f"--input expects NAME=FILE.npy, got '{item}'")
-        feeds[name] = np.load(path, allow_pickle=False)
+    sess = InferenceSession(args.model, providers=_providers_of(args))
+    declared = {a.name: a for a in sess.get_inputs() + sess.get_overridable_initializers()}
+    shapes = parse_shapes(args.shape, declared)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        feeds = read_inputs(args.input, declared)
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    given = [n for n in shapes if n in feeds]
+    if given:
+        raise ValueError(f"--shape {given[0]}: that input is read from a file (its shape is the file's)")
     rng = np.random.default_rng(args.seed)
     for arg in sess.get_inputs():
         if arg.name not in feeds:
-            feeds[arg.name] = random_input(arg, rng)
+            feeds[arg.name] = random_input(arg, rng, shapes.get(arg.name))
             print(f"input  {arg.name}: random {arg.type} {list(feeds[arg.name].shape)}")
         else:
             print(f"input  {arg.name}: {feeds[arg.name].dtype} {list(feeds[arg.name].shape)} from file")
+    for arg in sess.get_overridable_initializers():
+        if arg.name in feeds:
+            print(f"input  {arg.name}: {feeds[arg.name].dtype} {list(feeds[arg.name].shape)} from file "
+                  "(overrides the initializer)")
     outputs, median_ms = _timed(sess, feeds, max(1, args.repeat))
     for arg, out in zip(sess.get_outputs(), outputs):
         print(f"output {arg.name}: {summarize(out)}")
@@ -81,15 +116,17 @@ def _run(args) -> int:
 
 
 def _explain(args) -> int:
-    import warnings
-
-    providers = [p.strip() for p in args.providers.split(",") if p.strip()]
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        sess = InferenceSession(args.model, providers=providers)
-    for w in caught:
-        if "provider assignment" not in str(w.message):
-            print(f"warning: {w.message}")
+        try:
+            sess = InferenceSession(args.model, providers=_providers_of(args))
+        except NotImplementedOp as e:  # the answer to "what runs where": these nodes run nowhere
+            print(f"model: {args.model}\nunsupported: {e}")
+            return 1
+        finally:
+            for w in caught:
+                if "provider assignment" not in str(w.message):
+                    print(f"warning: {w.message}")
     print(sess.explain())
     return 0
 
@@ -123,7 +160,7 @@ def demo_input() -> np.ndarray:
 def _demo(args) -> int:
     path = demo_model_path()
     t0 = time.perf_counter()
-    sess = InferenceSession(path)
+    sess = InferenceSession(path, providers=_providers_of(args))
     load_ms = (time.perf_counter() - t0) * 1e3
     x = demo_input()
     (probs,), median_ms = _timed(sess, {sess.get_inputs()[0].name: x}, max(1, args.repeat))
@@ -144,24 +181,6 @@ def _timed(sess, feeds, repeat: int):
         outputs = sess.run(None, feeds)
         times.append(time.perf_counter() - t0)
     return outputs, float(np.median(times)) * 1e3
-
-
-def random_input(arg, rng: np.random.Generator) -> np.ndarray:
-    """Random data for a NodeArg: symbolic or unknown dims become 1."""
-    t = arg.value_type
-    if t.kind != "tensor":
-        raise ValueError(f"cannot make random data for input '{arg.name}' of type {arg.type}; "
-                         f"pass it with --input {arg.name}=FILE.npy")
-    shape = tuple(d if isinstance(d, int) else 1 for d in (t.shape or ()))
-    dtype = np_dtype(t.elem_type)
-    if dtype.kind == "f":
-        return rng.standard_normal(shape).astype(dtype)
-    if dtype.kind in "iu":
-        return rng.integers(0, 10, shape).astype(dtype)
-    if dtype.kind == "b":
-        return rng.integers(0, 2, shape).astype(bool)
-    raise ValueError(f"cannot make random data for input '{arg.name}' of type {arg.type}; "
-                     f"pass it with --input {arg.name}=FILE.npy")
 
 
 def summarize(a) -> str:

@@ -68,14 +68,36 @@ class ModelMetadata:
 
 
 @dataclass(frozen=True)
+class OrtEpAssignedNode:
+    """A node of an assigned subgraph (onnxruntime's OrtEpAssignedNode): ``name``, ``op_type``, ``domain``."""
+
+    name: str
+    op_type: str
+    domain: str = ""
+
+
+@dataclass(frozen=True)
 class SubgraphAssignment:
-    """One compiled subgraph: the provider that runs it and its nodes (names and op types)."""
+    """One compiled subgraph (onnxruntime's OrtEpAssignedSubgraph): ``ep_name`` and ``get_nodes()`` as there;
+    ort-core's ``provider``, ``subgraph``, ``node_names`` and ``op_types`` say the same in tuples."""
 
     provider: str
     subgraph: str
     node_names: tuple[str, ...]
     op_types: tuple[str, ...]
     node_ids: tuple[int, ...] = field(repr=False, default=())
+    domains: tuple[str, ...] = field(repr=False, default=())
+
+    @property
+    def ep_name(self) -> str:
+        return self.provider
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        domains = self.domains or ("",) * len(self.node_names)
+        return [OrtEpAssignedNode(n, o, d) for n, o, d in zip(self.node_names, self.op_types, domains)]
+
+
+OrtEpAssignedSubgraph = SubgraphAssignment
 
 
 def check_feed(arg: NodeArg, value: Any) -> Any:

@@ -11,6 +11,7 @@ import enum
 import os
 from typing import Any
 
+from .config_entries import checked_key, missing
 from .customops.registry import CustomOpRegistry
 from .errors import InvalidArgument, warn
 from .ir.dimensions import check_override
@@ -53,7 +54,7 @@ class SessionOptions:
                  "enable_mem_pattern", "enable_mem_reuse", "use_deterministic_compute", "use_per_session_threads",
                  "enable_profiling", "profile_file_prefix", "optimized_model_filepath", "_config",
                  "_free_dims_by_name", "_free_dims_by_denotation", "_custom_ops", "_initializers", "_ep_added",
-                 "_ep_policy", "_ep_delegate")
+                 "_ep_policy", "_ep_delegate", "_external_values", "_external_files")
 
     def __init__(self) -> None:
         self.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -61,7 +62,7 @@ class SessionOptions:
         self.execution_order = ExecutionOrder.DEFAULT
         self.intra_op_num_threads = 0
         self.inter_op_num_threads = 0
-        self.log_severity_level = 2
+        self.log_severity_level = -1  # as onnxruntime: the default logger's severity
         self.log_verbosity_level = 0
         self.logid = ""
         self.enable_cpu_mem_arena = True
@@ -80,6 +81,8 @@ class SessionOptions:
         self._ep_added: list[Any] = []  # ep_selection.Added, in the order added
         self._ep_policy: Any = None
         self._ep_delegate: Any = None
+        self._external_values: dict[str, Any] = {}  # add_external_initializers: name -> OrtValue
+        self._external_files: dict[str, memoryview] = {}  # ..._from_files_in_memory: file name -> bytes
 
     # ------------------------------------------------ providers (onnxruntime's plugin-EP API)
     def add_provider(self, provider_name: str, provider_options: dict | None = None) -> None:
@@ -123,11 +126,14 @@ class SessionOptions:
         return other
 
     def add_session_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        """Set a config entry (an empty key is refused, as in onnxruntime; values that do not parse for the keys
+        onnxruntime parses are refused when a session is made)."""
+        self._config[checked_key(key)] = str(value)
 
     def get_session_config_entry(self, key: str) -> str:
+        """The entry's value; a key never set raises (a RuntimeError, as in onnxruntime, that is also a KeyError)."""
         if key not in self._config:
-            raise KeyError(f"session config entry '{key}' is not set")
+            raise missing(key, "SessionOptions")
         return self._config[key]
 
     def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
@@ -160,7 +166,27 @@ class SessionOptions:
                                   f"{type(ortvalue.value).__name__}")
         if name in self._initializers:
             raise InvalidArgument(f"add_initializer: an OrtValue for '{name}' has already been added")
+        if name in self._external_values:
+            raise InvalidArgument(f"add_initializer: '{name}' was given to add_external_initializers already")
         self._initializers[name] = ortvalue
+
+    def add_external_initializers(self, names: Any, ortvalues: Any) -> None:
+        """Supply the data of the model's initializers ``names`` that are stored as external data, from
+        ``ortvalues`` (tensor OrtValues of their types and shapes): sessions made with these options take a host
+        copy of each and do not read the external file for it. A name the model lacks, or whose initializer is not
+        external, is refused when the session is made, as in onnxruntime."""
+        from .external_initializers import checked_values
+
+        self._external_values.update(checked_values(names, ortvalues, self._external_values, self._initializers))
+
+    def add_external_initializers_from_files_in_memory(self, names: Any, buffers: Any, lengths: Any) -> None:
+        """Supply whole external-data files from memory: ``names`` as the model's external-data locations name
+        them, ``buffers`` (bytes-like objects) holding each file's contents, ``lengths`` their sizes. Sessions made
+        with these options read external tensors from these buffers (kept, not copied, until then), and every
+        external tensor must then be in one of them, as in onnxruntime."""
+        from .external_initializers import checked_files
+
+        self._external_files.update(checked_files(names, buffers, lengths, self._external_files))
 
     def register_custom_op(self, *ops: Any) -> None:
         """Register custom ops (``ort_core.custom_op`` / ``ort_core.CustomOp``) for sessions using these
@@ -192,22 +218,40 @@ class RunOptions:
     """Per-run configuration; ``terminate = True`` (from any thread) stops a run between steps. Setting an
     attribute it does not have raises AttributeError, as in onnxruntime."""
 
-    __slots__ = ("log_severity_level", "log_verbosity_level", "logid", "run_tag", "terminate",
-                 "only_execute_path_to_fetches", "_config")
+    __slots__ = ("log_severity_level", "log_verbosity_level", "logid", "terminate",
+                 "only_execute_path_to_fetches", "_config", "_adapters")
 
     def __init__(self) -> None:
-        self.log_severity_level = 2
+        self.log_severity_level = -1  # as onnxruntime: the default logger's severity
         self.log_verbosity_level = 0
         self.logid = ""
-        self.run_tag = ""
         self.terminate = False
         self.only_execute_path_to_fetches = False
         self._config: dict[str, str] = {}
+        self._adapters: list[Any] = []
+
+    @property
+    def run_tag(self) -> str:
+        """The run's tag: ``logid`` under the name of onnxruntime's C API (RunOptionsSetRunTag); an ort-core
+        extra, as onnxruntime's Python RunOptions has ``logid`` only."""
+        return self.logid
+
+    @run_tag.setter
+    def run_tag(self, value: str) -> None:
+        self.logid = value
+
+    def add_active_adapter(self, adapter: Any) -> None:
+        """Make the runs using these options feed ``adapter``'s parameters (an ort_core.LoraAdapter) as the model
+        inputs of the same names; later adapters win for a name, as they are fed after."""
+        from .lora import checked_adapter
+
+        self._adapters.append(checked_adapter(adapter))
 
     def add_run_config_entry(self, key: str, value: str) -> None:
-        self._config[str(key)] = str(value)
+        self._config[checked_key(key)] = str(value)
 
     def get_run_config_entry(self, key: str) -> str:
+        """The entry's value; a key never set raises (a RuntimeError, as in onnxruntime, that is also a KeyError)."""
         if key not in self._config:
-            raise KeyError(f"run config entry '{key}' is not set")
+            raise missing(key, "RunOptions")
         return self._config[key]

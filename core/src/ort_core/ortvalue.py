@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgument, NotImplementedOp
+from .errors import Fail, InvalidArgument, NotImplementedOp
 from .ir.types import elem_type_name, elem_type_of, np_dtype
 from .memory.device import HOST, Device
 from .memory.protocols import host_array
@@ -99,14 +99,40 @@ class OrtValue:
             return OrtValue(host, HOST)
         return OrtValue(copier(HOST, device)(host), device)
 
+    @staticmethod
+    def ort_value_from_sparse_tensor(sparse_tensor: Any) -> OrtValue:
+        """An OrtValue holding ``sparse_tensor`` (an ort_core.SparseTensor, kept as it is)."""
+        from .sparse import SparseTensor
+
+        if not isinstance(sparse_tensor, SparseTensor):
+            raise InvalidArgument(f"ort_value_from_sparse_tensor: expected an ort_core.SparseTensor, "
+                                  f"got {type(sparse_tensor).__name__}")
+        return OrtValue(sparse_tensor, HOST)
+
+    def as_sparse_tensor(self) -> Any:
+        """The SparseTensor this OrtValue holds."""
+        if not self.is_sparse_tensor():
+            raise Fail("This OrtValue does not contain SparseTensor. Check data_type() value.")
+        return self._value
+
+    def is_sparse_tensor(self) -> bool:
+        from .sparse import SparseTensor
+
+        return isinstance(self._value, SparseTensor)
+
     # ------------------------------------------------------------------ queries
     def numpy(self) -> Any:
         """The value as a numpy array: the array itself on the host, a host copy otherwise."""
+        if self.is_sparse_tensor():
+            raise Fail("Only OrtValues that are Tensors are convertible to Numpy objects (this one holds a "
+                       "SparseTensor: as_sparse_tensor())")
         if self._device.is_host or self._value is None:
             return self._value
         return copier(self._device, HOST)(self._value)
 
     def shape(self) -> list[int]:
+        if self.is_sparse_tensor():
+            return self._value.dense_shape()
         self._need_tensor("shape")
         return [int(d) for d in self._value.shape]
 
@@ -115,6 +141,8 @@ class OrtValue:
         if isinstance(self._value, (list, tuple)):
             inner = OrtValue(self._value[0]).data_type() if self._value else "tensor(undefined)"
             return f"seq({inner})"
+        if self.is_sparse_tensor():
+            return self._value.data_type()
         self._need_tensor("data_type")
         code = self.element_type()
         return f"tensor({elem_type_name(code)})"
@@ -288,11 +316,15 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
     if device.is_host:
         return HOST
     known = known_devices()
-    if device not in known:
-        names = ", ".join(f"'{d.type}' id {d.id} ({p})" for d, p in known.items())
-        raise InvalidArgument(f"unknown device {device}: no installed, available provider declares it; "
-                              f"known devices: {names}")
-    return device
+    if device in known:
+        return device
+    # a name and an ordinal, as onnxruntime's calls give them: the provider's own Device (its vendor included)
+    for d in known:
+        if (d.type, d.id, d.memory) == (device.type, device.id, device.memory) and not device.vendor:
+            return d
+    names = ", ".join(f"'{d.type}' id {d.id} ({p})" for d, p in known.items())
+    raise InvalidArgument(f"unknown device {device}: no installed, available provider declares it; "
+                          f"known devices: {names}")
 
 
 _defaults: list = [None, None]  # ((registry, its generation), its Transfers): made again when providers change

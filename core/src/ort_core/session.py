@@ -16,6 +16,8 @@ from typing import Any
 
 import numpy as np
 
+from . import external_initializers
+from .config_entries import check_session_config
 from .customops import CustomOpRegistry, global_registry, infer_static_types
 from .ep_devices import OrtMemoryInfo
 from .ep_selection import providers_from_options
@@ -34,7 +36,7 @@ from .errors import (
 )
 from .io_types import ModelMetadata, NodeArg, SubgraphAssignment, check_feed
 from .iobinding import IOBinding, checked_input
-from .ir import Model, load_model, save_model
+from .ir import Model, load_model, model_to_proto, save_model
 from .ir.dimensions import override_free_dimensions
 from .ir.isolated import MODES as INFERENCE_MODES
 from .ir.isolated import prestart as prestart_inference_helper
@@ -42,7 +44,9 @@ from .ir.load import EXTERNAL_FOLDER_KEY
 from .ir.validate import validate_model
 from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
 from .limits import current as current_limits
+from .lora import active_feeds
 from .memory.device import HOST
+from .model_config import options_from_model
 from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_nodes
 from .options import RunOptions, SessionOptions
@@ -67,6 +71,11 @@ CHECK_OUTPUTS_KEY = "ort_core.check_kernel_outputs"
 """Session config entry: "1" makes every kernel's outputs be checked against the model's static
 types (dtype, fixed dims, count); a mismatch raises KernelError naming the provider and node.
 Costs a little per step; meant for certification and debugging."""
+
+
+RECORD_ASSIGNMENT_KEY = "session.record_ep_graph_assignment_info"
+"""Session config entry (onnxruntime's name) that onnxruntime needs set to "1" before
+get_provider_graph_assignment_info() answers; ort-core answers unless it is set to something else."""
 
 
 SHAPE_INFERENCE_KEY = "ort_core.shape_inference"
@@ -96,7 +105,8 @@ class InferenceSession:
     def __init__(self, path_or_bytes: Any, sess_options: SessionOptions | None = None,
                  providers: Sequence[Any] | None = None, provider_options: Sequence[dict] | None = None,
                  **kwargs: Any) -> None:
-        self._sess_options = sess_options or SessionOptions()
+        # what the model's metadata sets (ort_config, when ORT_LOAD_CONFIG_FROM_MODEL=1) goes to a copy
+        self._sess_options = options_from_model(path_or_bytes, sess_options or SessionOptions())
         # onnxruntime's attributes that code written for it reads (values as onnxruntime sets them)
         self._sess_options_initial = sess_options
         self._model_path, self._model_bytes = _model_source(path_or_bytes)
@@ -124,6 +134,7 @@ class InferenceSession:
         # what kernels see at creation and in runs
         self._limits = RunContext(self._max_tensor_bytes, threads=budget)
         config = self._sess_options._config
+        check_session_config(config)
         inference = config.get(SHAPE_INFERENCE_KEY, "isolated")
         if inference not in INFERENCE_MODES:
             raise InvalidArgument(f"session config entry '{SHAPE_INFERENCE_KEY}' must be one of "
@@ -131,8 +142,11 @@ class InferenceSession:
         if inference == "isolated":
             prestart_inference_helper()  # its start-up overlaps plugin discovery and loading below
         registry = get_registry()
+        given = external_initializers.supplied(self._sess_options)
+        supply = (lambda proto, label: external_initializers.apply(proto, given, label, self._max_tensor_bytes)) \
+            if given else None
         self._model: Model = load_model(path_or_bytes, _external_folder(path_or_bytes, config), inference,
-                                        max_tensor_bytes=self._max_tensor_bytes)
+                                        max_tensor_bytes=self._max_tensor_bytes, supply=supply)
         _override_initializers(self._model, self._sess_options._initializers)
         # session registrations first, then global ones; a snapshot taken now
         self._custom_ops = CustomOpRegistry.chain(self._sess_options.custom_ops, global_registry())
@@ -153,7 +167,7 @@ class InferenceSession:
         with run_context(self._limits):  # folding and kernel factories obey the limit
             self._build()
             if self._sess_options.optimized_model_filepath:  # after the build: CPU fusions included
-                _save_optimized(self._model, self._sess_options.optimized_model_filepath)
+                _save_optimized(self._model, self._sess_options.optimized_model_filepath, config)
             if config.get(CONTEXT_ENABLE_KEY, "0") == "1":
                 write_context_model(self._model, self._partition, self._instances, config, self._model_path)
         if self._profiler is not None:
@@ -260,7 +274,12 @@ class InferenceSession:
                 outs = self.run_with_ort_values(output_names, input_feed, run_options)
                 return [o.numpy() for o in outs]
             feeds[self._input_slots[name]] = check_feed(self._feedable_arg(name), value)
-        self._check_all_fed(input_feed)
+        adapted = active_feeds(run_options)
+        if adapted:
+            self._feed_adapters(adapted, input_feed, feeds)
+            self._check_all_fed({**input_feed, **adapted})
+        else:
+            self._check_all_fed(input_feed)
         if not output_names:  # None or [] (as in onnxruntime): every output
             want, names = self._all_output_slots, self._all_output_names
         else:
@@ -301,6 +320,18 @@ class InferenceSession:
             callback(outputs, user_data, "")
 
         threading.Thread(target=work, name="ort_core.run_async", daemon=True).start()
+
+    def _feed_adapters(self, adapted: dict[str, Any], given: dict[str, Any], feeds: dict[int, Any]) -> None:
+        """The parameters of the run's active LoRA adapters, fed as the inputs of their names (overridable
+        initializers, usually); a name the model has no input for, or one also in the feed, is refused."""
+        for name, value in adapted.items():
+            if name in given:
+                raise InvalidArgument(f"input '{name}' is given in the feed and by an active LoRA adapter; give it "
+                                      "once (onnxruntime silently uses the adapter's)")
+            if name not in self._feedable:
+                raise InvalidArgument(f"Invalid input name: {name} (a parameter of an active LoRA adapter; the "
+                                      f"model's inputs and overridable initializers are {sorted(self._feedable)})")
+            feeds[self._input_slots[name]] = check_feed(self._feedable[name], value)
 
     def _feedable_arg(self, name: str) -> NodeArg:
         arg = self._feedable.get(name)
@@ -364,9 +395,15 @@ class InferenceSession:
         return {p: dict(self._provider_options.get(p, {})) for p in self._providers}
 
     def get_provider_graph_assignment_info(self) -> list[SubgraphAssignment]:
-        """Which provider runs which nodes: one entry per compiled subgraph, in execution order."""
+        """Which provider runs which nodes: one OrtEpAssignedSubgraph (``ep_name``, ``get_nodes()``) per compiled
+        subgraph, in execution order. ort-core always records it; the session config entry
+        session.record_ep_graph_assignment_info set to anything but "1" refuses it, as onnxruntime does (which
+        also refuses it when the entry is not set)."""
+        if self._sess_options._config.get(RECORD_ASSIGNMENT_KEY, "1") != "1":
+            raise Fail(f"Session configuration entry '{RECORD_ASSIGNMENT_KEY}' must be set to \"1\" to retrieve "
+                       "EP graph assignment information.")
         return [SubgraphAssignment(p, sg.name, tuple(n.name for n in sg.nodes), tuple(n.op_type for n in sg.nodes),
-                                   tuple(n.id for n in sg.nodes))
+                                   tuple(n.id for n in sg.nodes), tuple(n.domain for n in sg.nodes))
                 for p, sg in self._partition.subgraphs]
 
     def explain(self) -> str:
@@ -492,8 +529,14 @@ def _optimize(model: Model, level: int, evaluate, keep_qdq: bool = False) -> dic
                    "SessionOptions.graph_optimization_level to ORT_DISABLE_ALL to skip it)") from e
 
 
-def _save_optimized(model: Model, path: str) -> None:
-    """Write the optimized model; tensors go to a '.data' file beside it past protobuf's 2 GiB."""
+def _save_optimized(model: Model, path: str, config: dict[str, str]) -> None:
+    """Write the optimized model; initializers go to the external file the session config names
+    (session.optimized_model_external_initializers_file_name), else to a '.data' file beside it past protobuf's
+    2 GiB."""
+    external = external_initializers.save_options(config)
+    if external is not None:
+        external_initializers.save_with_external(model_to_proto(model), path, *external)
+        return
     total = sum(int(v.nbytes) for v in model.graph.initializers.values())
     save_model(model, path, external_data_threshold=1024 if total > (1 << 30) else None)
 
@@ -611,7 +654,13 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
     feeds: dict[int, Any] = {}
     placed: dict[str, Any] = {}
     on_device: dict[str, Any] = {}
+    adapted = active_feeds(run_options)
+    if adapted:  # the active LoRA adapters' parameters, fed as run() feeds them
+        sess._feed_adapters(adapted, inputs, feeds)
+        inputs = {**inputs, **{n: OrtValue(v, HOST) for n, v in adapted.items()}}
     for name, ortvalue in inputs.items():
+        if name in adapted:
+            continue
         value = checked_input(sess._feedable_arg(name), ortvalue)
         if ortvalue.device.is_host:
             feeds[sess._input_slots[name]] = value

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
+from collections import deque
 from typing import Any
 
 
@@ -50,6 +51,7 @@ class BlasPool:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._live: dict[int, int] = {}  # session key -> its explicit budget, 0 for the default
+        self._gone: deque[int] = deque()  # keys of collected sessions not yet counted out
         self._next = 0
         self._original: int | None = None  # BLAS's own thread count before the first change
         self._applied: int | None = None
@@ -59,18 +61,34 @@ class BlasPool:
         with self._lock:
             key, self._next = self._next, self._next + 1
             self._live[key] = int(intra_op_num_threads)
-            self._update()
+            self._settle()
         weakref.finalize(owner, self._drop, key).atexit = False
 
     def threads(self) -> int | None:
         """The BLAS thread count the live sessions ask for (None: leave BLAS as it is)."""
         with self._lock:
+            self._settle()
             return self._wanted()
 
     def _drop(self, key: int) -> None:
-        with self._lock:
-            self._live.pop(key, None)
+        # A finalizer: it may run inside a garbage collection that interrupts this very object in the same
+        # thread (while threadpoolctl is imported, say), so it never waits for the lock. When the lock is
+        # busy, its holder counts the session out before letting go (``_settle``).
+        self._gone.append(key)
+        if self._lock.acquire(blocking=False):
+            try:
+                self._settle()
+            finally:
+                self._lock.release()
+
+    def _settle(self) -> None:
+        """Count out collected sessions and resize BLAS, until no collection is left (the lock is held)."""
+        while True:
+            while self._gone:
+                self._live.pop(self._gone.popleft(), None)
             self._update()
+            if not self._gone:
+                return
 
     def _wanted(self) -> int | None:
         explicit = [n for n in self._live.values() if n > 0]

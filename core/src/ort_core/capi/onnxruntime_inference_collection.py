@@ -9,8 +9,9 @@ from ..iobinding import IOBinding
 from ..model_compiler import ModelCompiler
 from ..ortvalue import OrtValue
 from ..session import InferenceSession
+from ..sparse import SparseTensor
 
 Session = InferenceSession
 
 __all__ = ["IOBinding", "InferenceSession", "ModelCompiler", "OrtDevice", "OrtDeviceVendorId", "OrtValue", "Session",
-           "copy_tensors"]
+           "SparseTensor", "copy_tensors"]

@@ -7,6 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from .. import (
+    OrtArenaCfg,
+    create_and_register_allocator,
+    create_and_register_allocator_v2,
     disable_telemetry_events,
     enable_telemetry_events,
     get_all_providers,
@@ -40,12 +43,14 @@ from ..errors import (
     NotImplemented,  # noqa: A004 - onnxruntime's name for the class
     RuntimeException,
 )
-from ..io_types import ModelMetadata, NodeArg
+from ..io_types import ModelMetadata, NodeArg, OrtEpAssignedNode, OrtEpAssignedSubgraph
+from ..lora import LoraAdapter
 from ..model_compiler import OrtCompileApiFlags
 from ..onnxruntime_dist import ONNXRUNTIME_API_VERSION, native_tooling_function
 from ..options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions, SessionOptions
 from ..ortvalue import OrtValue
 from ..plugin_library import register_execution_provider_library, unregister_execution_provider_library
+from ..sparse import OrtSparseFormat, SparseCooView, SparseCsrView, SparseTensor
 
 
 def get_version_string() -> str:
@@ -61,11 +66,13 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["EPFail", "ExecutionMode", "ExecutionOrder", "Fail", "GraphOptimizationLevel", "InvalidArgument",
-           "InvalidGraph", "InvalidProtobuf", "ModelMetadata", "NoSuchFile", "NodeArg", "NotImplemented",
-           "OrtAllocatorType", "OrtCompileApiFlags", "OrtDeviceMemoryType", "OrtEpDevice",
-           "OrtExecutionProviderDevicePolicy", "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType",
-           "OrtMemoryInfo", "OrtMemoryInfoDeviceType", "OrtSyncStream", "OrtValue", "RunOptions", "RuntimeException",
-           "SessionOptions", "copy_tensors", "disable_telemetry_events", "enable_telemetry_events",
+           "InvalidGraph", "InvalidProtobuf", "LoraAdapter", "ModelMetadata", "NoSuchFile", "NodeArg",
+           "NotImplemented", "OrtAllocatorType", "OrtArenaCfg", "OrtCompileApiFlags", "OrtDeviceMemoryType",
+           "OrtEpAssignedNode", "OrtEpAssignedSubgraph", "OrtEpDevice", "OrtExecutionProviderDevicePolicy",
+           "OrtHardwareDevice", "OrtHardwareDeviceType", "OrtMemType", "OrtMemoryInfo", "OrtMemoryInfoDeviceType",
+           "OrtSparseFormat", "OrtSyncStream", "OrtValue", "RunOptions", "RuntimeException", "SessionOptions",
+           "SparseCooView", "SparseCsrView", "SparseTensor", "copy_tensors", "create_and_register_allocator",
+           "create_and_register_allocator_v2", "disable_telemetry_events", "enable_telemetry_events",
            "get_all_providers", "get_available_providers", "get_build_info", "get_device", "get_ep_devices",
            "get_version_string", "register_execution_provider_library", "set_default_logger_severity", "set_seed",
            "unregister_execution_provider_library"]
