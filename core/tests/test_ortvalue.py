@@ -307,10 +307,39 @@ def test_dlpack_round_trip_shares_host_memory(runtime):
         assert rt.OrtValue.from_dlpack(np.array([1, 0, 1], np.uint8), True).numpy().dtype == np.bool_
 
 
-def test_dlpack_of_a_device_value_is_refused_naming_the_device():
+def test_dlpack_round_trip_of_a_device_value_keeps_its_memory():
+    """A value on the example device goes out as a DLPack capsule (kDLExtDev) and comes back as a device value
+    at the same address, without a copy, whether given as the exporting object or as a bare capsule; numpy,
+    which reads host memory only, refuses it rather than reading device memory."""
+    import gc
+
     import_test_plugins("ort_ep_example.memory")
-    v = ort.OrtValue.ortvalue_from_numpy(np.ones(3, np.float32), "example", 0)
-    with pytest.raises(ort.InvalidArgument, match="example.*not supported yet"):
-        v.__dlpack__()
-    with pytest.raises(ort.InvalidArgument, match="cannot read list as a host tensor"):
+    data = np.arange(6, dtype=np.float32).reshape(2, 3)
+    v = ort.OrtValue.ortvalue_from_numpy(data, "example", 0)
+    assert v.__dlpack_device__() == (12, 0)
+    back = ort.OrtValue.from_dlpack(v)
+    assert back.device_name() == v.device_name() and back.data_ptr() == v.data_ptr()
+    assert back.shape() == [2, 3] and back.data_type() == "tensor(float)"
+    np.testing.assert_array_equal(back.numpy(), data)
+    capsule = v.__dlpack__()
+    again = ort.OrtValue.from_dlpack(capsule)
+    assert again.data_ptr() == v.data_ptr()
+    with pytest.raises(ort.InvalidArgument, match="DLPack"):
+        ort.OrtValue.from_dlpack(capsule)  # consumed already
+    flags = ort.OrtValue.from_dlpack(ort.OrtValue.ortvalue_from_numpy(np.array([1, 0], np.uint8), "example", 0),
+                                     True)
+    np.testing.assert_array_equal(flags.numpy(), [True, False])
+    with pytest.raises((BufferError, RuntimeError, TypeError, ValueError)):
+        np.from_dlpack(v)
+    del v, capsule  # the imported values keep the memory: the exporter may go first
+    gc.collect()
+    np.testing.assert_array_equal(back.numpy(), data)
+    np.testing.assert_array_equal(again.numpy(), data)
+    from ort_core import dlpack
+
+    held = len(dlpack._exported)
+    del back, again, flags
+    gc.collect()
+    assert len(dlpack._exported) == held - 3  # the consumers' deleters ran: the exports are released
+    with pytest.raises(ort.InvalidArgument, match="cannot read list as a tensor"):
         ort.OrtValue.from_dlpack([1, 2, 3])

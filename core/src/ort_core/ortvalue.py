@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from . import dlpack
 from .errors import Fail, InvalidArgument, NotImplementedOp
 from .ir.types import elem_type_name, elem_type_of, np_dtype
 from .memory.device import HOST, Device
@@ -214,28 +215,47 @@ class OrtValue:
     @staticmethod
     def from_dlpack(data: Any, is_bool_tensor: bool = False) -> OrtValue:
         """An OrtValue over the memory of ``data``, any object speaking the DLPack protocol (``__dlpack__``:
-        numpy arrays, torch CPU tensors, ...) or a DLPack capsule, without a copy. Host memory only for now:
-        a tensor on another device is refused, naming it. Types come from the DLPack metadata;
-        ``is_bool_tensor`` (older onnxruntime releases' second argument) reads uint8 data as bool."""
+        numpy arrays, torch tensors, ...) or a DLPack capsule, without a copy. Host tensors become numpy
+        arrays; tensors on a device of an installed provider (CUDA, or a provider's own device type as
+        kDLExtDev) become that device's values; another device is refused, naming it. Types come from the
+        DLPack metadata; ``is_bool_tensor`` (older onnxruntime releases' second argument) reads uint8 data as
+        bool."""
+        where = _dlpack_device_of(data)
+        if where is not None and where[0] not in (dlpack.KDL_CPU, dlpack.KDL_CUDA_HOST):
+            try:
+                capsule = data.__dlpack__(stream=None) if hasattr(data, "__dlpack__") else data
+                tensor = dlpack.import_capsule(capsule, _dlpack_devices())
+            except (BufferError, TypeError, ValueError) as e:
+                raise InvalidArgument(f"OrtValue.from_dlpack: cannot read {type(data).__name__} through DLPack "
+                                      f"({e})") from e
+            if is_bool_tensor and tensor.dtype == np.uint8:
+                tensor = DeviceTensor(tensor.ptr, tensor.shape, np.bool_, tensor.device, tensor.owner, tensor.strides)
+            return OrtValue(tensor, tensor.device)
         try:
             arr = np.from_dlpack(data) if hasattr(data, "__dlpack__") else np.from_dlpack(_Capsule(data))
         except (BufferError, RuntimeError, TypeError, ValueError) as e:
-            raise InvalidArgument(f"OrtValue.from_dlpack: cannot read {type(data).__name__} as a host tensor "
-                                  f"through DLPack ({e}); values on other devices are not supported yet") from e
+            raise InvalidArgument(f"OrtValue.from_dlpack: cannot read {type(data).__name__} as a tensor through "
+                                  f"DLPack ({e})") from e
         if is_bool_tensor and arr.dtype == np.uint8:
             arr = arr.view(np.bool_)
         return OrtValue(arr, HOST)
 
     def __dlpack__(self, *, stream: Any = None, **kwargs: Any) -> Any:
-        """The DLPack capsule of the held host tensor (no copy), for ``np.from_dlpack``, ``torch.from_dlpack``,
-        ...; values on other devices are refused for now (copy them with ``numpy()``)."""
-        self._need_host_tensor("__dlpack__")
-        return self._value.__dlpack__(stream=stream, **kwargs)
+        """The DLPack capsule of the held tensor, without a copy: for ``np.from_dlpack``, ``torch.from_dlpack``,
+        ... A device value is complete when run() returns it, so ``stream`` needs no wait."""
+        self._need_tensor("__dlpack__")
+        if self._device.is_host:
+            return self._value.__dlpack__(stream=stream, **kwargs)
+        try:
+            return dlpack.export(self._value)
+        except BufferError as e:
+            raise InvalidArgument(f"OrtValue.__dlpack__: {e}") from e
 
     def __dlpack_device__(self) -> tuple[int, int]:
-        """(device type, device id) in DLPack's codes: (1, 0), the CPU, for host values."""
-        self._need_host_tensor("__dlpack_device__")
-        return self._value.__dlpack_device__()
+        """(device type, device id) in DLPack's codes: (1, 0) for host values, (2, id) for CUDA, (12, id)
+        (kDLExtDev) for a provider's own device type."""
+        self._need_tensor("__dlpack_device__")
+        return self._value.__dlpack_device__() if self._device.is_host else dlpack.device_code(self._device)
 
     def _need_host_tensor(self, what: str) -> None:
         self._need_tensor(what)
@@ -360,6 +380,32 @@ def _host_empty(shape: tuple[int, ...], dtype: np.dtype) -> np.ndarray:
     alloc = get_registry().allocator(CPU, HOST)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     return host_array(alloc.allocate(nbytes), shape, dtype)
+
+
+def _dlpack_device_of(data: Any) -> tuple[int, int] | None:
+    """The DLPack (device type, id) of an exporter or a capsule, None when it cannot be told."""
+    if hasattr(data, "__dlpack_device__"):
+        try:
+            kind, index = data.__dlpack_device__()
+            return int(kind), int(index)
+        except Exception:  # noqa: BLE001 - an odd exporter: numpy's path says what is wrong
+            return None
+    return dlpack.capsule_device(data)
+
+
+def _dlpack_devices() -> dict[tuple[int, int], Device]:
+    """DLPack (device type, id) -> the Device of an installed, available provider (kDLExtDev codes shared by
+    two device types are left out: they cannot be told apart)."""
+    found: dict[tuple[int, int], Device] = {}
+    shared: set[tuple[int, int]] = set()
+    for device in known_devices():
+        if device.is_host:
+            continue
+        code = dlpack.device_code(device)
+        if code in found and found[code] != device:
+            shared.add(code)
+        found.setdefault(code, device)
+    return {k: v for k, v in found.items() if k not in shared}
 
 
 class _Capsule:
