@@ -18,6 +18,7 @@ import numpy as np
 from . import InferenceSession, NotImplementedOp, OrtError, __version__
 from .blas import blas_info
 from .cli_inputs import parse_shapes, random_input, read_inputs
+from .placement_svg import placement_svg
 from .plugins.manager import get_registry
 
 __all__ = ["demo_input", "demo_model_path", "main", "random_input", "summarize"]
@@ -45,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     p_explain.add_argument("model", help="path to an .onnx file")
     p_explain.add_argument("--providers", "-p", default="CPUExecutionProvider",
                            help="comma-separated providers in priority order")
+    p_explain.add_argument("--svg", metavar="FILE", help="also draw the placement as an SVG picture into FILE")
 
     sub.add_parser("providers", help="list installed providers, availability and reason")
     p_demo = sub.add_parser("demo", help="run the small model bundled with ort-core")
@@ -128,6 +130,10 @@ def _explain(args) -> int:
                 if "provider assignment" not in str(w.message):
                     print(f"warning: {w.message}")
     print(sess.explain())
+    if args.svg:
+        with open(args.svg, "w", encoding="utf-8") as f:
+            f.write(placement_svg(sess))
+        print(f"placement drawn: {args.svg}")
     return 0
 
 

@@ -133,12 +133,20 @@ class Instance:
         return outs
 
 
+SMALL_PROGRAM_BYTES = 256 << 10
+"""Programs whose steps touch less memory than this run on one OpenMP thread: their primitives take
+microseconds, less than waking a second thread costs, and a sleeping thread woken while another pool spins
+on the cores (numpy's BLAS, or another runtime in the process) can take a millisecond to come."""
+
+
 class Compiled:
     """A program for one signature and the pool of its per-call instances."""
 
     def __init__(self, lib: Library, program: Program) -> None:
         self.lib, self.program = lib, program
         self.slot_of, self.sizes = plan_slots(program)
+        touched = {id(mem.buf): mem.buf.nbytes for step in program.steps for _, mem in step.args}
+        self.small = sum(touched.values()) < SMALL_PROGRAM_BYTES
         self.out_shapes = list(program.output_shapes)
         self.out_dtypes = list(program.output_dtypes) or [F32] * len(self.out_shapes)
         self._free: list[Instance] = []
@@ -220,6 +228,12 @@ class Kernel:
             feeds.append(x)
         shapes = tuple([x.shape for x in feeds])
         prog = self.programs.get((overridden, shapes)) or self.compiled((overridden, shapes), spec, positions, shapes)
+        if prog.small:
+            self.lib.set_num_threads(1)
+            try:
+                return prog.run(feeds)
+            finally:
+                self.lib.set_num_threads(self.options.num_threads or self.lib.default_threads)
         if self.options.num_threads:
             self.lib.set_num_threads(self.options.num_threads)
         return prog.run(feeds)

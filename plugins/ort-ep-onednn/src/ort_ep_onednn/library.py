@@ -156,6 +156,7 @@ dnnl_status_t dnnl_primitive_destroy(dnnl_primitive_t primitive);
 
 _GOMP_CDEF = """
 void omp_set_num_threads(int num_threads);
+int omp_get_max_threads(void);
 """
 
 
@@ -204,6 +205,9 @@ class Library:
         self.check(lib.dnnl_engine_create(engine, E.ENGINE_CPU, 0), "dnnl_engine_create(cpu)")
         self.engine = engine[0]  # lives as long as the process: primitives keep references to it
         self.gomp = _load_gomp()
+        # OpenMP's own thread count (OMP_NUM_THREADS, else every core), read before anything changes it: what
+        # a thread goes back to after a small program ran on one thread
+        self.default_threads = int(self.gomp.omp_get_max_threads()) if self.gomp is not None else 0
         self.isa = int(lib.dnnl_get_effective_cpu_isa())
 
     def check(self, status: int, call: str) -> None:
