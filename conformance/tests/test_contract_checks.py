@@ -20,10 +20,11 @@ RECOMPILES = "BrokenRecompilesExecutionProvider"
 DOUBLE = "BrokenDoubleWeightsExecutionProvider"
 UNSYNCED = "BrokenUnsyncedExecutionProvider"
 CLAIM_FAIL = "BrokenClaimThenFailExecutionProvider"
+READ_ONLY = "BrokenReadOnlyOutputExecutionProvider"
 
 FLAGGED_BY = {WRITES_INPUT: "input_mutation", ALIASED: "output_aliasing", REUSED: "output_aliasing",
               RECOMPILES: "recompile", DOUBLE: "baked_weights", UNSYNCED: "stream_sync",
-              CLAIM_FAIL: "claim_then_fail"}
+              CLAIM_FAIL: "claim_then_fail", READ_ONLY: "output_aliasing"}
 CORRECT = ("CPUExecutionProvider", "ExampleExecutionProvider", "OpenVINOExecutionProvider", "DnnlExecutionProvider")
 
 
@@ -63,6 +64,12 @@ def test_outputs_aliasing_a_weight_a_feed_and_each_other():
     assert "returned output 'a' in the memory of its input 'w' (a weight), an undeclared view" in v.detail
     assert "returned output 'm' in the memory of its input 'x' (a feed)" in v.detail
     assert "returned outputs 'm' and 'q' in the same memory" in v.detail
+
+
+def test_outputs_handed_back_read_only():
+    v = _run(READ_ONLY, "output_aliasing")
+    assert not v.ok
+    assert f"on {READ_ONLY} returned output 'r' read-only" in v.detail
 
 
 def test_output_buffer_reused_by_the_next_run():

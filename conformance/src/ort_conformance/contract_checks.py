@@ -168,11 +168,12 @@ def check_input_mutation(provider: str) -> Verdict:
 
 
 def check_output_aliasing(provider: str) -> Verdict:
-    """No output shares memory with an input, a weight or another output, nor is rewritten by the next run."""
+    """No output shares memory with an input, a weight or another output, is read-only, or is rewritten by the
+    next run."""
     obs = observe(provider)
     if not obs.probes:
         return _none_claimed(provider)
-    return _verdict(obs.aliases, f"every output was fresh memory, unchanged by the next run, in "
+    return _verdict(obs.aliases, f"every output was fresh, writable memory, unchanged by the next run, in "
                                  f"{', '.join(obs.probes)}")
 
 

@@ -33,7 +33,7 @@ class Watch:
         self.transfer = inst.data_transfer()
         self.run = 0
         self.mutations: list[str] = []
-        self.aliases: list[str] = []
+        self.aliases: list[str] = []  # also outputs handed back read-only
         self.handed: dict[int, list[tuple[str, str, Any, Any]]] = {}
         names = {s: n for (n, _), s in plan.slots.items()}  # "\0..." names: the core's own slots (streams, arenas)
         inits = {t.name for t in model.graph.initializer}
@@ -71,6 +71,11 @@ class Watch:
                 if b is not None and not name.startswith("\0") and not same(b, self.snap(x)):
                     self.mutations.append(f"{label} wrote into its input '{name}' ({self.kind(name)})")
             outs = list(results)
+            for out, o_name in zip(outs, out_names):
+                viewed = any(overlap(out, x) for name, x in zip(in_names, xs) if not name.startswith("\0"))
+                if isinstance(out, np.ndarray) and out.size and not out.flags.writeable and not viewed:
+                    self.aliases.append(f"{label} returned output '{o_name}' read-only (the core must copy it "
+                                        "before handing it out; return memory the caller may write)")
             for i, (out, o_name) in enumerate(zip(outs, out_names)):
                 for other, o2 in zip(out_names[:i], outs[:i]):
                     if overlap(out, o2):
