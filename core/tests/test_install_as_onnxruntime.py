@@ -114,6 +114,9 @@ def scenario_tooling():
         assert module.__file__.startswith(real), module.__file__
     assert onnxruntime.backend.backend.InferenceSession is onnxruntime.InferenceSession
     assert "onnxruntime/__init__.py" not in " ".join(str(getattr(m, "__file__", "")) for m in sys.modules.values())
+    from importlib import metadata  # an installed onnxruntime answers for its own metadata
+
+    assert str(metadata.distribution("onnxruntime").locate_file("")).startswith(os.path.dirname(real))
     return {}
 
 
@@ -180,6 +183,11 @@ def scenario_no_onnxruntime():
             assert e.name == name and "no onnxruntime is installed" in str(e) and "pip install onnxruntime" in str(e), e
         else:
             raise AssertionError(f"{name} imported with no onnxruntime installed")
+    # package metadata, as libraries check it before importing: the release ort-core's API mirrors
+    from importlib import metadata
+
+    assert metadata.version("onnxruntime") == onnxruntime.__version__
+    assert metadata.distribution("onnxruntime").metadata["Name"] == "onnxruntime"
     # the quantizer ort-core has of its own serves instead: the same module objects, not copies
     from onnxruntime.quantization import QuantType, quantize_dynamic  # noqa: F401
     from onnxruntime.quantization.calibrate import CalibrationDataReader

@@ -31,6 +31,7 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import sys
 import threading
@@ -131,6 +132,41 @@ def _alias_spec(fullname: str, target: str) -> importlib.machinery.ModuleSpec | 
                                           is_package=found.submodule_search_locations is not None)
 
 
+class _ServedDistribution(importlib.metadata.Distribution):
+    """The package metadata of ``onnxruntime`` when ort-core serves it and no onnxruntime distribution is
+    installed: libraries asking ``importlib.metadata.version("onnxruntime")`` get the release ort-core's API
+    mirrors (ONNXRUNTIME_API_VERSION), as ``onnxruntime.__version__`` says."""
+
+    def read_text(self, filename: str) -> str | None:
+        if filename == "METADATA":
+            return (f"Metadata-Version: 2.1\nName: {_NAME}\nVersion: {ONNXRUNTIME_API_VERSION}\n"
+                    "Summary: onnxruntime's Python API, served by ort-core (ort_core.install_as_onnxruntime())\n")
+        return None
+
+    def locate_file(self, path: Any) -> Any:
+        import pathlib
+
+        return pathlib.Path(sys.modules["ort_core"].__file__).parent / str(path)
+
+
+class _MetadataFinder(importlib.abc.MetaPathFinder):
+    """Answers package-metadata lookups for ``onnxruntime`` while no real onnxruntime distribution is on
+    sys.path (an installed one always answers for itself)."""
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> None:
+        return None
+
+    def find_distributions(self, context: Any = None) -> Any:
+        name = getattr(context, "name", None)
+        if name is not None and name.replace("-", "_").replace(".", "_").lower() != _NAME:
+            return iter(())
+        real = importlib.metadata.MetadataPathFinder.find_distributions(importlib.metadata.DistributionFinder.Context(
+            name=_NAME, path=getattr(context, "path", sys.path)))
+        if any(True for _ in real):
+            return iter(())
+        return iter((_ServedDistribution(),))
+
+
 def install_as_onnxruntime() -> types.ModuleType:
     """Make ``import onnxruntime`` (and its ``capi`` paths) give ort-core in this process; returns that module.
 
@@ -148,6 +184,8 @@ def install_as_onnxruntime() -> types.ModuleType:
         entries = _capi_modules(module)  # imported first: a failure leaves sys.modules as it was
         if not any(isinstance(f, _ToolingFinder) for f in sys.meta_path):
             sys.meta_path.insert(0, _ToolingFinder())
+        if not any(isinstance(f, _MetadataFinder) for f in sys.meta_path):
+            sys.meta_path.append(_MetadataFinder())
         sys.modules.update(entries)
         sys.modules[_NAME] = module
         return module
