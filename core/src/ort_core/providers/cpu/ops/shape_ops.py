@@ -33,6 +33,31 @@ def normalize_axis(node: Node, axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
+class _Memo:
+    """What a kernel derives from small integer inputs (axes, starts/ends, shapes) and the input's shape, kept
+    for the last values seen: models pass the same constants on every run, so a run costs a key of a few
+    bytes instead of list conversions and axis checks. Keyed by the values' bytes, never by object identity
+    (a caller may refill a fed array in place)."""
+
+    __slots__ = ("entry",)
+
+    def __init__(self) -> None:
+        self.entry: tuple | None = None  # (key, value), replaced whole: safe under concurrent runs
+
+    def get(self, key: tuple, make):
+        entry = self.entry
+        if entry is not None and entry[0] == key:
+            return entry[1]
+        value = make()
+        self.entry = (key, value)
+        return value
+
+
+def _key(value) -> object:
+    """A hashable stand-in for a small integer input's values (None stays None)."""
+    return None if value is None else (value.dtype.char, value.shape, value.tobytes())
+
+
 def _axes(node: Node, axes, rank: int) -> tuple[int, ...]:
     out = tuple(normalize_axis(node, a, rank) for a in _ints(axes))
     if len(set(out)) != len(out):
@@ -100,8 +125,11 @@ def _unsqueeze_attr(node: Node, opset: int):
 
 @register("Unsqueeze", since=13)
 def _unsqueeze_input(node: Node, opset: int):
+    memo = _Memo()
+
     def kernel(x, axes):
-        return (_unsqueeze(node, x, _ints(axes)),)
+        shape = memo.get((x.shape, _key(axes)), lambda: _unsqueeze(node, x, _ints(axes)).shape)
+        return (x.reshape(shape),)
     return kernel
 
 
@@ -127,8 +155,11 @@ def _squeeze_attr(node: Node, opset: int):
 
 @register("Squeeze", since=13)
 def _squeeze_input(node: Node, opset: int):
+    memo = _Memo()
+
     def kernel(x, axes=None):
-        return (_squeeze(node, x, _ints(axes)),)
+        shape = memo.get((x.shape, _key(axes)), lambda: _squeeze(node, x, _ints(axes)).shape)
+        return (x.reshape(shape),)
     return kernel
 
 
@@ -242,30 +273,35 @@ def _split_input(node: Node, opset: int):
 
 
 def _slice(node: Node, x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
-    if axes is None and steps is None and len(starts) == len(ends) <= x.ndim:  # fast path
-        return x[tuple(slice(s, e) for s, e in zip(starts, ends))]
+    return x[_slice_index(node, x.ndim, starts, ends, axes, steps)]
+
+
+def _slice_index(node: Node, ndim: int, starts, ends, axes, steps) -> tuple:
+    """The numpy index of a Slice over an input of rank ``ndim`` (Python slices clamp as ONNX does)."""
+    if axes is None and steps is None and len(starts) == len(ends) <= ndim:  # fast path
+        return tuple(slice(s, e) for s, e in zip(starts, ends))
     if len(ends) != len(starts):
         raise KernelError(f"{node.label}: starts and ends differ in length ({len(starts)} vs "
                           f"{len(ends)})")
     if axes is None or len(axes) == 0:
         axes_n = tuple(range(len(starts)))
-        if len(starts) > x.ndim:
-            raise KernelError(f"{node.label}: {len(starts)} starts for an input of rank {x.ndim}")
+        if len(starts) > ndim:
+            raise KernelError(f"{node.label}: {len(starts)} starts for an input of rank {ndim}")
     else:
         if len(axes) != len(starts):
             raise KernelError(f"{node.label}: axes and starts differ in length")
-        axes_n = _axes(node, axes, x.ndim)
+        axes_n = _axes(node, axes, ndim)
     if steps is None or len(steps) == 0:
         steps = [1] * len(starts)
     elif len(steps) != len(starts):
         raise KernelError(f"{node.label}: steps and starts differ in length")
-    index = [slice(None)] * x.ndim
+    index = [slice(None)] * ndim
     # Python slices clamp exactly as ONNX does (negative ends/starts count from the end).
     for a, s, e, st in zip(axes_n, starts, ends, steps):
         if st == 0:
             raise KernelError(f"{node.label}: slice step cannot be 0")
         index[a] = slice(s, e, st)
-    return x[tuple(index)]
+    return tuple(index)
 
 
 @register("Slice", since=1, until=9)
@@ -282,10 +318,15 @@ def _slice_attr(node: Node, opset: int):
 
 @register("Slice", since=10)
 def _slice_input(node: Node, opset: int):
+    memo = _Memo()
+
     def kernel(x, starts, ends, axes=None, steps=None):
-        return (_slice(node, x, starts.reshape(-1).tolist(), ends.reshape(-1).tolist(),
-                       None if axes is None else axes.reshape(-1).tolist(),
-                       None if steps is None or not steps.size else steps.reshape(-1).tolist()),)
+        key = (x.ndim, _key(starts), _key(ends), _key(axes), _key(steps))
+        index = memo.get(key, lambda: _slice_index(node, x.ndim, starts.reshape(-1).tolist(), ends.reshape(-1).tolist(),
+                                                   None if axes is None else axes.reshape(-1).tolist(),
+                                                   None if steps is None or not steps.size
+                                                   else steps.reshape(-1).tolist()))
+        return (x[index],)
     return kernel
 
 
