@@ -81,9 +81,13 @@ class MemoryPlanner:
         arena.targets.append((self.b.plan.slots[(name, device)], t))
         return t, arena.slot
 
-    def may_view(self, name: str) -> bool:
-        """Whether the value ``name`` may be a view of another (it does not leave the run)."""
+    def stays(self, name: str) -> bool:
+        """Whether the value ``name`` stays inside the run (no caller ever holds it)."""
         return name not in self.leaving
+
+    def may_view(self, name: str) -> bool:
+        """Whether the value ``name`` may be a view of another (it stays inside the run)."""
+        return self.stays(name)
 
     def alias(self, view_slot: int, of_slot: int) -> None:
         self.aliases[view_slot] = of_slot

@@ -20,6 +20,7 @@ from .errors import InvalidGraph, KernelError, warn
 from .ir.types import np_dtype
 from .memory.device import HOST, Device
 from .memory.planned import overlaps
+from .memory.protocols import host_array
 from .memory.stream import close_all, synchronize_all
 from .memory.tensor import DeviceTensor
 from .plan import ExecutionPlan, PlanBuilder, checked_kernel
@@ -134,7 +135,9 @@ class _Streams:
         text = f"copy of '{name}' {src} -> {device}"
         if to_host:
             self.memory.on_stream(producer)
-            b.add(_copy_to_host(t), (src_slot, producer), (dst_slot,), text, copy=True)
+            # a value the host reads inside the run lands in the provider's pinned staging memory, if it has any
+            staging = self._staging(src) if self.memory.stays(name) else None
+            b.add(_copy_to_host(t, staging), (src_slot, producer), (dst_slot,), text, copy=True)
             self.written_on[dst_slot] = None
             return dst_slot
         allocator = self._allocator(device)  # from here on the reader is on a stream: the copy goes there
@@ -158,6 +161,12 @@ class _Streams:
             self.b.add(_host_waits, (producer,), (), f"wait for {label}'s input")
         else:
             self.b.add(_stream_waits, (producer, consumer), (), f"event before {label}")
+
+    def _staging(self, device: Device):
+        for ep in self.instances.values():
+            if device in ep.devices:
+                return ep.staging_allocator()
+        return None
 
     def _allocator(self, device: Device):
         for ep in self.instances.values():
@@ -193,9 +202,13 @@ def _stream_waits(producer, consumer) -> tuple:
     return ()
 
 
-def _copy_to_host(t) -> Callable:
+def _copy_to_host(t, staging=None) -> Callable:
     def copy(value, stream):
-        out = np.empty(tuple(value.shape), value.dtype)
+        shape, dtype = tuple(value.shape), np.dtype(value.dtype)
+        if staging is None:
+            out = np.empty(shape, dtype)
+        else:
+            out = host_array(staging.allocate(int(np.prod(shape, dtype=np.int64)) * dtype.itemsize), shape, dtype)
         t.copy_into(value, out, stream)
         stream.synchronize()
         return (out,)

@@ -276,3 +276,28 @@ def test_a_stream_ordered_allocator_gets_the_run_stream_for_per_call_memory(monk
     per_call = [s for s in seen if s is not None]
     assert per_call and all(type(s).__name__ == "RunStream" for s in per_call)
     assert None in seen  # the planned block outlives runs: allocated without a stream
+
+
+def test_values_the_cpu_reads_inside_the_run_are_staged_in_the_providers_pinned_memory():
+    """Device values copied to the host for a CPU kernel land in the provider's staging allocator (pinned
+    memory on a real device); graph outputs never do, since the caller keeps them."""
+    from ort_core.memory.arena import _block_of
+
+    model = _chain(3)  # e0, e1, e2 go down to the CPU's Softmax nodes; y is made on the CPU
+    sess = _session(model)
+    before = memory.STAGING.stats()
+    (y,) = sess.run(None, _feeds())
+    after = memory.STAGING.stats()
+    assert after["hits"] + after["misses"] - before["hits"] - before["misses"] == 3
+    assert _block_of(y) is None  # the caller's result is ordinary memory
+    np.testing.assert_allclose(y, _session(model, (CPU,)).run(None, _feeds())[0], rtol=1e-6)
+    vi = helper.make_tensor_value_info
+    out = helper.make_model(helper.make_graph([helper.make_node("Exp", ["x"], ["y"])], "g",
+                                              [vi("x", F32, SHAPE)], [vi("y", F32, SHAPE)]),
+                            opset_imports=[helper.make_opsetid("", 17)])
+    out.ir_version = 8
+    before = memory.STAGING.stats()
+    (y,) = _session(out.SerializeToString()).run(None, _feeds())
+    after = memory.STAGING.stats()
+    assert after["hits"] + after["misses"] == before["hits"] + before["misses"]  # a graph output: not staged
+    np.testing.assert_allclose(y, np.exp(_feeds()["x"]), rtol=1e-6)

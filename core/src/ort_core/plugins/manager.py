@@ -305,6 +305,21 @@ class SessionProvider:
         dt = self._ask("ort_data_transfer", self.ep.data_transfer)
         return self._typed("ort_data_transfer", dt, DataTransfer, "not a DataTransfer")
 
+    def staging_allocator(self) -> Allocator | None:
+        """The provider's pinned host staging allocator, or None (also for providers of contract v1)."""
+        method = getattr(self.ep, "staging_allocator", None)
+        if method is None:
+            return None
+        alloc = self._ask("staging_allocator", method)
+        if alloc is None:
+            return None
+        self._typed("staging_allocator", alloc, Allocator, "not an Allocator")
+        device = getattr(alloc, "device", None)
+        if device is None or not device.is_host or device.memory != "host_pinned":
+            raise self._bad("staging_allocator", f"returned an allocator for {device}, expected host_pinned memory "
+                            "(Device('cpu', 0, memory='host_pinned'))")
+        return alloc
+
     def close(self) -> None:
         """Close the instance once; a failing close is a warning, never an error at exit."""
         if self._closed:

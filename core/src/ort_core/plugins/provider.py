@@ -188,6 +188,13 @@ class ExecutionProvider:
         """Copies between this instance's devices and the host, both ways, bit-exactly."""
         return HostDataTransfer()
 
+    def staging_allocator(self) -> Allocator | None:
+        """An allocator of page-locked host memory (its ``device``: type "cpu", memory "host_pinned"), pooled,
+        for the host side of this provider's asynchronous copies to the host: values the host reads inside a
+        run (a CPU kernel's input) are then copied there, which a device can do asynchronously. None (the
+        default): plain host memory. Values handed to the caller never live in it."""
+        return None
+
     # ----------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Release vendor handles, compiled artifacts and device memory pools (called once)."""

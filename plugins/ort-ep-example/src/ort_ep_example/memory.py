@@ -15,7 +15,7 @@ from typing import Any
 import cffi
 import numpy as np
 
-from ort_core.memory import HOST, Device, DeviceTensor
+from ort_core.memory import HOST, Device, DeviceTensor, HostArena
 from ort_core.plugins import LoadOnce, missing_symbols
 
 DEVICE = Device("example", 0)
@@ -129,6 +129,16 @@ class ExampleAllocator:
 
 
 ALLOCATOR = ExampleAllocator()
+
+
+class StagingArena(HostArena):
+    """Pooled host buffers declared as this device's pinned staging memory (ExampleProvider.staging_allocator):
+    a real device would allocate them page-locked (cudaHostAlloc) so that its copies to them are asynchronous."""
+
+    device = Device("cpu", 0, memory="host_pinned")
+
+
+STAGING = StagingArena()
 
 
 def new_tensor(shape: tuple[int, ...], dtype: Any) -> DeviceTensor:

@@ -20,7 +20,7 @@ from .kernels import (
     program_to_bytes,
     unsupported_reason,
 )
-from .memory import ALLOCATOR, DEVICE, TRANSFER, unavailable_reason
+from .memory import ALLOCATOR, DEVICE, STAGING, TRANSFER, unavailable_reason
 from .stream import RunStream, Worker
 
 NAME = PROVIDER
@@ -113,6 +113,12 @@ class ExampleProvider(ExecutionProvider):
 
     def data_transfer(self):
         return TRANSFER
+
+    def staging_allocator(self):
+        """Host memory the core stages this device's values in when a CPU kernel reads them inside a run: what
+        a GPU provider backs with pinned (page-locked) memory. Here an ordinary pooled host arena, declared
+        host_pinned so that the path is exercised on every machine."""
+        return STAGING
 
 
 ort_register_providers, ort_create_provider = provider_hooks(_info, ExampleProvider)
