@@ -2,8 +2,8 @@
 stream, by lifetime, so a run allocates one block per device instead of one buffer per value.
 
 planning.py builds the steps; for every output it pre-allocates (a ContextKernel's output of known shape,
-an asynchronous copy to a device) it asks for a ``Target`` here and records which stream each step works
-on. ``MemoryPlanner.finish`` then works out each value's lifetime over the final step list, packs the
+an asynchronous copy to a device) it asks for a ``Target`` here, and the PlanBuilder records which stream
+each step works on. ``MemoryPlanner.finish`` then works out each value's lifetime over the final step list, packs the
 values into blocks (memory/planned.py), and adds the steps that take a block from the plan's pool at the
 start of a run and give it back at the end (after run() synchronized its streams).
 
@@ -59,13 +59,12 @@ class _Arena:
 class MemoryPlanner:
     """Collects the plannable outputs of a plan under construction (see the module's docstring)."""
 
-    def __init__(self, b: PlanBuilder, leaving: Iterable[str]) -> None:
+    def __init__(self, b: PlanBuilder, leaving: Iterable[str], stable: bool = False) -> None:
         self.b = b
         self.leaving = set(leaving)  # names whose values may leave the run: never planned
         self.arenas: dict[tuple[Device, int | None], _Arena] = {}
-        self.stream_of: dict[int, Any] = {}  # step index -> stream slot (None: synchronous)
         self.aliases: dict[int, int] = {}  # a view's slot -> the slot it views
-        self.stable = False
+        self.stable = stable  # a kernel needs stable addresses: one kept block, one run at a time
 
     def target(self, name: str, device: Device, stream: int | None, allocator: Any,
                static: tuple[tuple[int, ...], Any] | None) -> tuple[Target | None, int | None]:
@@ -82,19 +81,12 @@ class MemoryPlanner:
         return t, arena.slot
 
     def stays(self, name: str) -> bool:
-        """Whether the value ``name`` stays inside the run (no caller ever holds it)."""
+        """Whether the value ``name`` stays inside the run (no caller ever holds it): only such values are
+        planned, staged in pinned memory, or allowed to be views of other values."""
         return name not in self.leaving
-
-    def may_view(self, name: str) -> bool:
-        """Whether the value ``name`` may be a view of another (it stays inside the run)."""
-        return self.stays(name)
 
     def alias(self, view_slot: int, of_slot: int) -> None:
         self.aliases[view_slot] = of_slot
-
-    def on_stream(self, stream: int | None) -> None:
-        """Record that the step about to be added works on ``stream`` (None: synchronously)."""
-        self.stream_of[len(self.b.plan.steps)] = stream
 
     def _arena(self, device: Device, stream: int | None, allocator: Any) -> _Arena:
         key = (device, stream)
@@ -118,7 +110,7 @@ class MemoryPlanner:
             chosen: list[tuple[Target, Lifetime]] = []
             for slot, t in arena.targets:
                 at = uses.get(slot, [])
-                if at and all(self.stream_of.get(k, _UNKNOWN) in (arena.stream,) for k in at):
+                if at and all(self.b.stream_of.get(k, _UNKNOWN) == arena.stream for k in at):
                     chosen.append((t, Lifetime(t.nbytes, min(at), max(at))))
             alignment = max(256, int(getattr(arena.allocator, "alignment", 1)))
             offsets, total = assign_offsets([life for _, life in chosen], alignment)

@@ -56,15 +56,15 @@ _DELETER = ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))
 DLManagedTensor._fields_ = [("dl_tensor", DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
 
 _NAME, _USED = b"dltensor", b"used_dltensor"
-_api = ctypes.pythonapi
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
+# private function objects over the Python C API (setting argtypes on ctypes.pythonapi's shared ones would
+# change them for every other library in the process)
+_API = ctypes.pythonapi
+_capsule_new = ctypes.PYFUNCTYPE(ctypes.py_object, ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p)(
+    ("PyCapsule_New", _API))
+_capsule_pointer = ctypes.PYFUNCTYPE(ctypes.c_void_p, ctypes.py_object, ctypes.c_char_p)(
+    ("PyCapsule_GetPointer", _API))
+_capsule_rename = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_SetName", _API))
+_capsule_valid = ctypes.PYFUNCTYPE(ctypes.c_int, ctypes.py_object, ctypes.c_char_p)(("PyCapsule_IsValid", _API))
 
 _exported: dict[int, tuple] = {}  # manager_ctx key -> what an exported capsule keeps alive
 _keys = itertools.count(1)
@@ -110,7 +110,7 @@ def export(tensor: DeviceTensor) -> Any:
         _exported[key] = (tensor, managed, shape, strides)
     managed.manager_ctx = key
     managed.deleter = _deleter
-    return _api.PyCapsule_New(ctypes.addressof(managed), _NAME, None)
+    return _capsule_new(ctypes.addressof(managed), _NAME, None)
 
 
 class _Imported:
@@ -128,9 +128,9 @@ class _Imported:
 def import_capsule(capsule: Any, devices: dict[tuple[int, int], Device]) -> DeviceTensor:
     """The DeviceTensor over a DLPack capsule of device memory (no copy); ``devices``: DLPack (type, id) ->
     the ort-core Device it is. Raises BufferError for a capsule already consumed or a device not known."""
-    if not _api.PyCapsule_IsValid(capsule, _NAME):
+    if not _capsule_valid(capsule, _NAME):
         raise BufferError("not an unconsumed DLPack capsule (its name is not 'dltensor')")
-    managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, _NAME), ctypes.POINTER(DLManagedTensor))
+    managed = ctypes.cast(_capsule_pointer(capsule, _NAME), ctypes.POINTER(DLManagedTensor))
     t = managed.contents.dl_tensor
     where = (int(t.device.device_type), int(t.device.device_id))
     with _lock:
@@ -144,7 +144,7 @@ def import_capsule(capsule: Any, devices: dict[tuple[int, int], Device]) -> Devi
     dtype = _numpy_dtype(int(t.dtype.code), int(t.dtype.bits))
     shape = tuple(int(t.shape[k]) for k in range(t.ndim))
     strides = None if not t.strides else tuple(int(t.strides[k]) * dtype.itemsize for k in range(t.ndim))
-    _api.PyCapsule_SetName(capsule, _USED)  # consumed: its destructor leaves the tensor to us
+    _capsule_rename(capsule, _USED)  # consumed: its destructor leaves the tensor to us
     owner = _Imported(managed, capsule)
     return DeviceTensor(int(t.data or 0) + int(t.byte_offset), shape, dtype, device, owner, strides)
 
@@ -156,12 +156,9 @@ def _is_ours(managed: Any) -> bool:
 
 def capsule_device(capsule: Any) -> tuple[int, int] | None:
     """The DLPack (device type, id) of an unconsumed capsule, None for anything else."""
-    try:
-        if not _api.PyCapsule_IsValid(capsule, _NAME):
-            return None
-    except ctypes.ArgumentError:
+    if not _capsule_valid(capsule, _NAME):  # any Python object may be asked: not a capsule is 0
         return None
-    managed = ctypes.cast(_api.PyCapsule_GetPointer(capsule, _NAME), ctypes.POINTER(DLManagedTensor))
+    managed = ctypes.cast(_capsule_pointer(capsule, _NAME), ctypes.POINTER(DLManagedTensor))
     device = managed.contents.dl_tensor.device
     return int(device.device_type), int(device.device_id)
 

@@ -24,8 +24,9 @@ def placement_svg(session) -> str:
               for k, p in enumerate(providers)}
     nodes = graph.topological_order()
     owner = part.assignment
-    layers = _layers(nodes, graph)
-    pos = _positions(layers, graph)
+    producers = graph.producers()
+    layers = _layers(nodes, producers)
+    pos = _positions(layers, producers)
     width = max((len(row) for row in layers), default=1) * (NODE_W + GAP_X) + 2 * MARGIN + 300
     height = len(layers) * (NODE_H + GAP_Y) + 2 * MARGIN + 40
     out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
@@ -33,7 +34,7 @@ def placement_svg(session) -> str:
            f'<title>{escape(str(session._model.source))}: placement</title>',
            '<rect width="100%" height="100%" fill="white"/>']
     out += _clusters(part, pos, colour)
-    out += _edges(nodes, graph, pos, owner)
+    out += _edges(nodes, producers, pos, owner)
     declined = _declined(part, providers)
     for node in nodes:
         out.append(_node(node, pos[node.id], colour.get(owner.get(node.id, ""), "#dddddd"),
@@ -43,9 +44,8 @@ def placement_svg(session) -> str:
     return "\n".join(out)
 
 
-def _layers(nodes, graph) -> list[list]:
+def _layers(nodes, producers) -> list[list]:
     """Nodes by their longest path from the graph's inputs (a producer's layer is above its readers')."""
-    producers = graph.producers()
     level: dict[int, int] = {}
     for node in nodes:
         up = [level[producers[n].id] for n in node.inputs if n in producers and producers[n].id in level]
@@ -56,9 +56,8 @@ def _layers(nodes, graph) -> list[list]:
     return layers
 
 
-def _positions(layers: list[list], graph) -> dict[int, tuple[float, float]]:
+def _positions(layers: list[list], producers) -> dict[int, tuple[float, float]]:
     """Top-left corner of each node: rows by layer, each row ordered by its producers' mean column."""
-    producers = graph.producers()
     pos: dict[int, tuple[float, float]] = {}
     column: dict[int, float] = {}
     for r, row in enumerate(layers):
@@ -93,10 +92,9 @@ def _clusters(part, pos, colour) -> list[str]:
     return out
 
 
-def _edges(nodes, graph, pos, owner) -> list[str]:
+def _edges(nodes, producers, pos, owner) -> list[str]:
     """One curve per (producer, reader) pair; red and thicker where the value crosses providers (a copy when
     their devices differ)."""
-    producers = graph.producers()
     out = []
     for node in nodes:
         for name in dict.fromkeys(n for n in node.inputs if n):

@@ -143,19 +143,13 @@ class ExecutionPlan:
 
     def _abandon(self, frame: list[Any]) -> None:
         for s in self.stream_slots:
-            stream = frame[s]
+            stream, frame[s] = frame[s], None
             if stream is not None:
-                for finish in (stream.synchronize, getattr(stream, "close", None)):
-                    try:
-                        if finish is not None:
-                            finish()
-                    except Exception:  # noqa: BLE001 - the run's first failure is the one reported
-                        pass
-                frame[s] = None
+                _quietly(stream.synchronize)
+                _quietly(getattr(stream, "close", None))
         for s, pool in self.arenas:
-            if frame[s] is not None:
-                pool.give(frame[s])
-                frame[s] = None
+            block, frame[s] = frame[s], None
+            pool.give(block)  # None (never taken, or given back already) is ignored
 
     @staticmethod
     def _steps(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,
@@ -287,6 +281,16 @@ def _root(a: np.ndarray) -> Any:
     return a
 
 
+def _quietly(call: Callable[[], Any] | None) -> None:
+    """Call ``call`` (if any), dropping its error: after a failure, the run's first error is the one reported."""
+    if call is None:
+        return
+    try:
+        call()
+    except Exception:  # noqa: BLE001
+        pass
+
+
 def _failure(label: str, e: Exception) -> OrtError:
     """A kernel's failure as an OrtError naming its node and provider (once)."""
     if isinstance(e, OrtError):
@@ -316,6 +320,10 @@ def _with_releases(steps: Sequence[Step], keep: set[int] | frozenset[int]) -> li
     return [st._replace(release=tuple(releases.get(k, ()))) for k, st in enumerate(steps)]
 
 
+UNORDERED = object()
+"""PlanBuilder.add's ``stream`` for steps that touch no value (stream creation, waits, synchronization)."""
+
+
 class PlanBuilder:
     """Accumulates steps in execution order, then computes release points."""
 
@@ -325,6 +333,7 @@ class PlanBuilder:
         self.copies: dict[tuple[str, Device], int] = {}
         self.constants: set[str] = set()  # initializers no feed can override
         self.keep: set[int] = set()
+        self.stream_of: dict[int, Any] = {}  # step index -> the stream slot its work is on (None: synchronous)
 
     def define(self, name: str, device: Device = HOST, value: Any = None) -> int:
         self.location[name] = device
@@ -333,7 +342,7 @@ class PlanBuilder:
             self.plan.template[s] = value
         return s
 
-    def read(self, name: str, device: Device, transfer=None, label: str = "") -> int:
+    def read(self, name: str, device: Device, transfer=None, label: str = "", stream: Any = UNORDERED) -> int:
         """Slot holding ``name`` on ``device``, inserting a copy step if it lives elsewhere."""
         if name not in self.location:
             raise InvalidGraph(f"{label}: reads '{name}', which no node, graph input or initializer defines")
@@ -352,13 +361,16 @@ class PlanBuilder:
                 self.copies[key] = dst_slot
                 return dst_slot
             self.add(lambda v, _t=transfer, _s=src, _d=device: (_t.copy(v, _s, _d),), (src_slot,), (dst_slot,),
-                     f"copy of '{name}' {src} -> {device}", copy=True)
+                     f"copy of '{name}' {src} -> {device}", copy=True, stream=stream)
             self.copies[key] = dst_slot
         return self.copies[key]
 
-    def add(self, kernel, ins, outs, label: str, copy: bool = False) -> None:
+    def add(self, kernel, ins, outs, label: str, copy: bool = False, stream: Any = UNORDERED) -> None:
         """Append a step; ``copy=True`` marks a device copy (one input, one output) that a Route
-        may leave out when nothing needs its result."""
+        may leave out when nothing needs its result. ``stream``: the stream slot its work is ordered on (None:
+        it completes on return), for the memory planner; left out for steps that touch no value."""
+        if stream is not UNORDERED:
+            self.stream_of[len(self.plan.steps)] = stream
         self.plan.steps.append(Step(kernel, tuple(ins), tuple(outs), (), label, copy))
 
     def finish(self) -> ExecutionPlan:

@@ -52,8 +52,9 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         b.define(v.name, HOST, inits.get(v.name))
     for name in outer:
         b.define(name, HOST)
-    memory = MemoryPlanner(b, (v.name for v in graph.outputs))
-    memory.stable = any(isinstance(p.kernel, ContextKernel) and p.kernel.stable_addresses for p in placed)
+    memory = MemoryPlanner(b, (v.name for v in graph.outputs),
+                           stable=any(isinstance(p.kernel, ContextKernel) and p.kernel.stable_addresses
+                                      for p in placed))
     streams = _Streams(b, instances, {p.provider.name for p in placed}, memory, graph)
     transfer = Transfers(instances[name] for name in dict.fromkeys(p.provider.name for p in placed)).find
     for p in placed:
@@ -70,8 +71,7 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
                 ins.append(arena)
         if check_outputs:
             kernel = checked_kernel(kernel, sub.outputs, graph, p.label)
-        memory.on_stream(own)
-        b.add(kernel, ins, outs, p.label)
+        b.add(kernel, ins, outs, p.label, stream=own)
         for s in outs:
             streams.written_on[s] = own
     output_slots = {}
@@ -127,29 +127,25 @@ class _Streams:
         to_host = device.is_host and producer is not None  # on the producer's stream, then the host waits
         if name in b.constants or not hasattr(t, "copy_into") or (consumer is None and not to_host):
             self._wait(producer, None, label)  # a synchronous copy reads what the producing stream wrote
-            if name not in b.constants:
-                self.memory.on_stream(None)
-            return b.read(name, device, t, label)  # at build for constants, else one synchronous copy step
+            return b.read(name, device, t, label, stream=None)  # at build for constants, else one synchronous copy
         dst_slot = b.plan.slot(name, device)
         b.copies[key] = dst_slot
         text = f"copy of '{name}' {src} -> {device}"
         if to_host:
-            self.memory.on_stream(producer)
             # a value the host reads inside the run lands in the provider's pinned staging memory, if it has any
-            staging = self._staging(src) if self.memory.stays(name) else None
-            b.add(_copy_to_host(t, staging), (src_slot, producer), (dst_slot,), text, copy=True)
+            staging = self._owner(src).staging_allocator() if self.memory.stays(name) else None
+            b.add(_copy_to_host(t, staging), (src_slot, producer), (dst_slot,), text, copy=True, stream=producer)
             self.written_on[dst_slot] = None
             return dst_slot
-        allocator = self._allocator(device)  # from here on the reader is on a stream: the copy goes there
+        allocator = self._owner(device).allocator(device)  # the reader is on a stream: the copy goes there
         static = _static_outputs(self.graph, [name])[0]
         target, arena = self.memory.target(name, device, consumer, allocator, static)
         extra = () if arena is None else (arena,)
-        self.memory.on_stream(consumer)
         if producer is not None and producer != consumer:  # another stream wrote it: an event first
-            copy = _copy_after(t, allocator, target)
-            b.add(copy, (src_slot, producer, consumer, *extra), (dst_slot,), text, copy=True)
+            copy, ins = _copy_after(t, allocator, target), (src_slot, producer, consumer, *extra)
         else:
-            b.add(_copy_on(t, allocator, target), (src_slot, consumer, *extra), (dst_slot,), text, copy=True)
+            copy, ins = _copy_on(t, allocator, target), (src_slot, consumer, *extra)
+        b.add(copy, ins, (dst_slot,), text, copy=True, stream=consumer)
         self.written_on[dst_slot] = consumer
         return dst_slot
 
@@ -162,16 +158,11 @@ class _Streams:
         else:
             self.b.add(_stream_waits, (producer, consumer), (), f"event before {label}")
 
-    def _staging(self, device: Device):
+    def _owner(self, device: Device):
+        """The first provider instance of the plan computing on ``device``."""
         for ep in self.instances.values():
             if device in ep.devices:
-                return ep.staging_allocator()
-        return None
-
-    def _allocator(self, device: Device):
-        for ep in self.instances.values():
-            if device in ep.devices:
-                return ep.allocator(device)
+                return ep
         raise InvalidGraph(f"no provider of this session allocates on {device}")
 
     def finish(self) -> None:
@@ -269,7 +260,7 @@ def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, 
     run, allocator = kernel.run, ep.allocator(ep.device)
     has_stream = ep.asynchronous
     views = {k: j for k, j in kernel.views.items()
-             if 0 <= k < len(outs) and 0 <= j < len(ins) and memory.may_view(sub.outputs[k])}
+             if 0 <= k < len(outs) and 0 <= j < len(ins) and memory.stays(sub.outputs[k])}
     for k, j in views.items():
         memory.alias(outs[k], ins[j])
     targets: list[Target | None] = []

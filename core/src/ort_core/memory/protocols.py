@@ -59,6 +59,13 @@ class DataTransfer(Protocol):
     def copy(self, value: Any, src: Device, dst: Device) -> Any: ...
 
 
+def allocate_bytes(allocator: Any, nbytes: int, stream: Any = None) -> Any:
+    """``nbytes`` from ``allocator``, passing ``stream`` to a stream-ordered allocator (others get none)."""
+    if stream is not None and getattr(allocator, "stream_ordered", False):
+        return allocator.allocate(int(nbytes), stream)
+    return allocator.allocate(int(nbytes))
+
+
 def host_array(buffer: np.ndarray, shape: tuple, dtype: np.dtype) -> np.ndarray:
     """View a host buffer from an Allocator as an array of ``shape``/``dtype``."""
     dtype = np.dtype(dtype)

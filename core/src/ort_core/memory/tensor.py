@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
+from .protocols import allocate_bytes
 
 
 class DeviceTensor:
@@ -42,11 +43,7 @@ class DeviceTensor:
             raise TypeError(f"{allocator.device} holds fixed-size numeric tensors only, not {dtype} (strings "
                             "stay on the host)")
         shape = tuple(int(d) for d in shape)
-        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        if stream is not None and getattr(allocator, "stream_ordered", False):
-            buffer = allocator.allocate(nbytes, stream)
-        else:
-            buffer = allocator.allocate(nbytes)
+        buffer = allocate_bytes(allocator, int(np.prod(shape, dtype=np.int64)) * dtype.itemsize, stream)
         return cls(allocator.address(buffer), shape, dtype, allocator.device, buffer)
 
     @property

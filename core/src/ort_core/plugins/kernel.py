@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ..memory.protocols import allocate_bytes
 from ..memory.tensor import DeviceTensor
 
 
@@ -77,9 +78,7 @@ class KernelContext:
     def scratch(self, nbytes: int) -> Any:
         """A temporary buffer of ``nbytes`` from the provider's allocator (work enqueued with it keeps it;
         a stream-ordered allocator gets the run's stream)."""
-        if self.stream is not None and getattr(self.allocator, "stream_ordered", False):
-            return self.allocator.allocate(int(nbytes), self.stream)
-        return self.allocator.allocate(int(nbytes))
+        return allocate_bytes(self.allocator, nbytes, self.stream)
 
 
 def allocate(allocator: Any, shape: tuple[int, ...], dtype: np.dtype, stream: Any = None) -> Any:
