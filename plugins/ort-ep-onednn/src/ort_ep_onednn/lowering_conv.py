@@ -20,6 +20,24 @@ from .library import DnnlError
 from .program import RefOnly, Unsupported, Val
 
 
+def conv_window(node: Any, x_shape, w_shape) -> tuple:
+    """(group, kernel, strides, dilations, pad_l, pad_r, out_spatial) of a Conv-like ``node`` over an input of
+    ``x_shape`` with weights of ``w_shape``; Unsupported for ranks oneDNN does not take or a kernel_shape that
+    disagrees with the weights."""
+    if len(x_shape) < 3 or len(x_shape) > 5 or len(w_shape) != len(x_shape):
+        raise Unsupported(f"{node.op_type} on rank {len(x_shape)} input")
+    group = int(node.attr("group", 1))
+    n_sp = len(x_shape) - 2
+    kernel = list(node.attr("kernel_shape", w_shape[2:]))
+    strides = list(node.attr("strides", [1] * n_sp))
+    dil = list(node.attr("dilations", [1] * n_sp))
+    pads = list(node.attr("pads", [0] * (2 * n_sp)))
+    if list(kernel) != list(w_shape[2:]):
+        raise Unsupported(f"{node.op_type} kernel_shape differs from the weights' shape")
+    pl, pr, out_sp = conv_geometry(x_shape[2:], kernel, strides, dil, pads, node.attr("auto_pad", "NOTSET"))
+    return group, kernel, strides, dil, pl, pr, out_sp
+
+
 def conv_geometry(x_spatial, kernel, strides, dilations, pads, auto_pad: str):
     """(pad_l, pad_r, out_spatial) of an ONNX Conv/Pool along each spatial axis (floor rounding)."""
     n = len(x_spatial)
@@ -66,17 +84,7 @@ class ConvOps:
         w_arr = self.constant(w_name)
         w_shape = tuple(w_arr.shape) if w_arr is not None else self.get(w_name).shape
         b_arr = self.constant(b_name) if b_name else None
-        if len(x.shape) < 3 or len(x.shape) > 5 or len(w_shape) != len(x.shape):
-            raise Unsupported(f"Conv on rank {len(x.shape)} input")
-        group = int(node.attr("group", 1))
-        n_sp = len(x.shape) - 2
-        kernel = list(node.attr("kernel_shape", w_shape[2:]))
-        strides = list(node.attr("strides", [1] * n_sp))
-        dil = list(node.attr("dilations", [1] * n_sp))
-        pads = list(node.attr("pads", [0] * (2 * n_sp)))
-        if list(kernel) != list(w_shape[2:]):
-            raise Unsupported("Conv kernel_shape differs from the weights' shape")
-        pl, pr, out_sp = conv_geometry(x.shape[2:], kernel, strides, dil, pads, node.attr("auto_pad", "NOTSET"))
+        group, kernel, strides, dil, pl, pr, out_sp = conv_window(node, x.shape, w_shape)
         if min(out_sp) <= 0 or 0 in x.shape:
             raise Unsupported("Conv with an empty input or output")
         M, Cg = w_shape[0], w_shape[1]

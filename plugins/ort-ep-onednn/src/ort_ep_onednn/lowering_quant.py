@@ -23,6 +23,7 @@ from . import enums as E
 from . import primitives as P
 from . import views as V
 from .library import DnnlError
+from .lowering_conv import conv_window
 from .program import DT_OF, Mem, RefOnly, Unsupported, Val, dims_of
 
 INT8 = (np.dtype(np.uint8), np.dtype(np.int8))
@@ -475,21 +476,9 @@ class QuantOps:
         """A Conv of ``x`` (u8/s8, zero point ``x_zp``) with int8 weights ``w_q`` (zero point already
         subtracted), float32 ``bias`` added to the int32 sum, then times ``mult`` (None: no scaling), the
         activation and, for an integer result, rounding and ``y_zp``; the result is ``out_name``."""
-        from .lowering_conv import conv_geometry
-
         lib = self.lib
         w_shape = w_q.shape
-        if len(x.shape) < 3 or len(x.shape) > 5 or len(w_shape) != len(x.shape):
-            raise Unsupported(f"{node.op_type} on rank {len(x.shape)} input")
-        group = int(node.attr("group", 1))
-        n_sp = len(x.shape) - 2
-        kernel = list(node.attr("kernel_shape", w_shape[2:]))
-        strides = list(node.attr("strides", [1] * n_sp))
-        dil = list(node.attr("dilations", [1] * n_sp))
-        pads = list(node.attr("pads", [0] * (2 * n_sp)))
-        if list(kernel) != list(w_shape[2:]):
-            raise Unsupported(f"{node.op_type} kernel_shape differs from the weights' shape")
-        pl, pr, out_sp = conv_geometry(x.shape[2:], kernel, strides, dil, pads, node.attr("auto_pad", "NOTSET"))
+        group, kernel, strides, dil, pl, pr, out_sp = conv_window(node, x.shape, w_shape)
         M, Cg = w_shape[0], w_shape[1]
         if min(out_sp) <= 0 or 0 in x.shape or x.shape[1] != Cg * group or M % group:
             raise Unsupported(f"{node.op_type} with an empty output or channels that do not match its weights")
