@@ -33,6 +33,7 @@ import importlib.abc
 import importlib.machinery
 import importlib.metadata
 import importlib.util
+import pathlib
 import sys
 import threading
 import types
@@ -144,8 +145,6 @@ class _ServedDistribution(importlib.metadata.Distribution):
         return None
 
     def locate_file(self, path: Any) -> Any:
-        import pathlib
-
         return pathlib.Path(sys.modules["ort_core"].__file__).parent / str(path)
 
 
