@@ -20,6 +20,7 @@ from . import limits
 from .errors import InvalidArgument, InvalidGraph, KernelError, OrtError, RunTerminated
 from .limits import RunContext
 from .memory.device import HOST, Device
+from .memory.layouts import shape_signature
 from .memory.tensor import DeviceTensor
 
 
@@ -66,7 +67,9 @@ class ExecutionPlan:
         self._routes_lock = threading.Lock()
         self.context = RunContext()  # the session's limits; the session sets its own
         self.stream_slots: tuple[int, ...] = ()  # slots of the run's streams (synchronized after a failure)
-        self.arenas: tuple[tuple[int, Any], ...] = ()  # (slot, BlockPool) of the run's planned memory
+        self.arenas: tuple[tuple[int, Any], ...] = ()  # (slot, ArenaMemory) of the run's planned memory
+        # (slot, input slots): where a run's input-shape signature goes, for memory laid out per signature
+        self.signature: tuple[int, tuple[int, ...]] | None = None
         self.exclusive: threading.Lock | None = None  # set when a kernel needs stable addresses
 
     def slot(self, name: str, device: Device = HOST) -> int:
@@ -119,6 +122,8 @@ class ExecutionPlan:
             steps = route.steps
         for s, v in feeds.items():
             frame[s] = v
+        if self.signature is not None:  # what was fed, wherever (a Route feeds some inputs on devices)
+            frame[self.signature[0]] = shape_signature(feeds[s] for s in sorted(feeds))
         return self.walk(frame, steps, want, run_options, max_bytes)
 
     def walk(self, frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,
@@ -128,6 +133,8 @@ class ExecutionPlan:
         One call at a time when a kernel needs stable addresses. After a failure the run's streams are
         synchronized (their errors dropped: the first failure is the one reported) before its planned
         memory goes back to the pool, so no work of a failed run touches memory a later run uses."""
+        if self.signature is not None and frame[self.signature[0]] is None:  # a graph body's run
+            frame[self.signature[0]] = shape_signature(frame[s] for s in self.signature[1])
         if self.exclusive is None:
             return self._walk(frame, steps, want, run_options, max_bytes)
         with self.exclusive:
@@ -147,9 +154,9 @@ class ExecutionPlan:
             if stream is not None:
                 _quietly(stream.synchronize)
                 _quietly(getattr(stream, "close", None))
-        for s, pool in self.arenas:
-            block, frame[s] = frame[s], None
-            pool.give(block)  # None (never taken, or given back already) is ignored
+        for s, memory in self.arenas:
+            run, frame[s] = frame[s], None
+            memory.give(run, complete=False)  # None (never taken, or given back already) is ignored
 
     @staticmethod
     def _steps(frame: list[Any], steps: Sequence[Step], want: Sequence[int], run_options,

@@ -54,7 +54,8 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         b.define(name, HOST)
     memory = MemoryPlanner(b, (v.name for v in graph.outputs),
                            stable=any(isinstance(p.kernel, ContextKernel) and p.kernel.stable_addresses
-                                      for p in placed))
+                                      for p in placed),
+                           inputs=[*(v.name for v in graph.inputs), *outer])
     streams = _Streams(b, instances, {p.provider.name for p in placed}, memory, graph)
     transfer = Transfers(instances[name] for name in dict.fromkeys(p.provider.name for p in placed)).find
     for p in placed:
@@ -81,8 +82,9 @@ def build_plan(graph, placed: Sequence[Placed], instances: dict[str, Any], check
         slot = streams.read(v.name, HOST, None, transfer, f"graph output '{v.name}'")
         output_slots[v.name] = slot
         b.keep.add(slot)
+    memory.finish()  # its frees in stream order go before the synchronization, its give-back after
     streams.finish()
-    memory.finish()
+    memory.give_back()
     b.plan.stream_slots = tuple(streams.slots.values())
     return b.finish(), output_slots
 
@@ -138,8 +140,8 @@ class _Streams:
             self.written_on[dst_slot] = None
             return dst_slot
         allocator = self._owner(device).allocator(device)  # the reader is on a stream: the copy goes there
-        static = _static_outputs(self.graph, [name])[0]
-        target, arena = self.memory.target(name, device, consumer, allocator, static)
+        typed = _typed_outputs(self.graph, [name])[0]
+        target, arena = self.memory.target(name, device, consumer, allocator, typed)
         extra = () if arena is None else (arena,)
         if producer is not None and producer != consumer:  # another stream wrote it: an event first
             copy, ins = _copy_after(t, allocator, target), (src_slot, producer, consumer, *extra)
@@ -207,16 +209,16 @@ def _copy_to_host(t, staging=None) -> Callable:
     return copy
 
 
-def _like(allocator, target: Target | None, value: Any, block: Any, stream: Any) -> Any:
-    """The buffer a copy of ``value`` on ``stream`` writes: the planned one when its shape is the static one."""
-    if target is None or target.shape != tuple(value.shape) or target.dtype != value.dtype:
+def _like(allocator, target: Target | None, value: Any, memory: Any, stream: Any) -> Any:
+    """The buffer a copy of ``value`` on ``stream`` writes: in the run's planned ``memory`` when planned."""
+    if target is None or target.dtype != value.dtype:
         return allocate(allocator, tuple(value.shape), value.dtype, stream)
-    return target.make(block, stream)
+    return target.make(memory, stream, tuple(value.shape))
 
 
 def _copy_on(t, allocator, target) -> Callable:
-    def copy(value, stream, block=None):
-        out = _like(allocator, target, value, block, stream)
+    def copy(value, stream, memory=None):
+        out = _like(allocator, target, value, memory, stream)
         t.copy_into(value, out, stream)
         return (out,)
 
@@ -224,28 +226,31 @@ def _copy_on(t, allocator, target) -> Callable:
 
 
 def _copy_after(t, allocator, target) -> Callable:
-    def copy(value, producer, consumer, block=None):
+    def copy(value, producer, consumer, memory=None):
         consumer.wait(producer.record())
-        out = _like(allocator, target, value, block, consumer)
+        out = _like(allocator, target, value, memory, consumer)
         t.copy_into(value, out, consumer)
         return (out,)
 
     return copy
 
 
-def _static_outputs(graph, names: Sequence[str]) -> list[tuple[tuple[int, ...], Any] | None]:
-    """(shape, dtype) of each output whose static type is a tensor of fixed shape, else None."""
+def _typed_outputs(graph, names: Sequence[str]) -> list[tuple[tuple[int, ...] | None, Any] | None]:
+    """(shape, dtype) of each output whose static type is a tensor of known element type, the shape None
+    unless it is fixed; None for the others."""
     out = []
     for name in names:
         t = graph.type_of(name)
-        if t is None or t.kind != "tensor" or not t.elem_type or t.shape is None \
-                or not all(isinstance(d, int) and d >= 0 for d in t.shape):
+        if t is None or t.kind != "tensor" or not t.elem_type:
             out.append(None)
             continue
         try:
-            out.append((tuple(t.shape), np_dtype(t.elem_type)))
+            dtype = np_dtype(t.elem_type)
         except (KeyError, TypeError, ValueError):
             out.append(None)
+            continue
+        fixed = t.shape is not None and all(isinstance(d, int) and d >= 0 for d in t.shape)
+        out.append((tuple(t.shape) if fixed else None, dtype))
     return out
 
 
@@ -254,9 +259,10 @@ def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, 
     """A plan step calling a ContextKernel, and the arena slot it reads (None: nothing planned).
 
     Outputs of known static shape are pre-allocated: in the run's planned memory when the memory planner
-    takes them, else from the provider's allocator per call; the rest are allocated through the context.
-    Declared views are allowed for values that stay inside the run. The step's inputs are the subgraph's,
-    then the stream when the provider has one, then the arena block when outputs are planned."""
+    takes them, else from the provider's allocator per call; the rest are allocated through the context
+    (``ctx.output``), in the run's planned memory too when planned per input-shape signature. Declared
+    views are allowed for values that stay inside the run. The step's inputs are the subgraph's, then the
+    stream when the provider has one, then the run's memory of the arena when outputs are planned."""
     run, allocator = kernel.run, ep.allocator(ep.device)
     has_stream = ep.asynchronous
     views = {k: j for k, j in kernel.views.items()
@@ -265,22 +271,27 @@ def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, 
         memory.alias(outs[k], ins[j])
     targets: list[Target | None] = []
     arena = None
-    for k, (name, static) in enumerate(zip(sub.outputs, _static_outputs(graph, sub.outputs))):
+    for k, (name, typed) in enumerate(zip(sub.outputs, _typed_outputs(graph, sub.outputs))):
         if k in views:
             targets.append(None)
             continue
-        target, slot = memory.target(name, ep.device, own, allocator, static)
+        target, slot = memory.target(name, ep.device, own, allocator, typed)
         targets.append(target)
         arena = slot if slot is not None else arena
     planned = arena is not None
+    dynamic = any(t is not None and t.shape is None for t in targets)
     n_in = len(ins)
 
     def step(*xs):
-        block = xs[-1] if planned else None
+        run_memory = xs[-1] if planned else None
         stream = xs[n_in] if has_stream else None
         inputs = xs[:n_in]
-        outputs = [None if t is None else t.make(block, stream) for t in targets]
-        ctx = KernelContext(inputs, outputs, stream, allocator, views)
+        outputs = [None if t is None or t.shape is None else t.make(run_memory, stream) for t in targets]
+        if dynamic:
+            ctx = _PlannedContext(inputs, outputs, stream, allocator, views)
+            ctx.planned = (targets, run_memory)
+        else:
+            ctx = KernelContext(inputs, outputs, stream, allocator, views)
         run(ctx)
         for k, o in enumerate(ctx.outputs):
             if o is None:
@@ -291,6 +302,24 @@ def _context_step(kernel: ContextKernel, ep, sub, graph, memory: MemoryPlanner, 
         return ctx.outputs
 
     return step, arena
+
+
+class _PlannedContext(KernelContext):
+    """A KernelContext whose ``output`` places outputs of run-time shape in the run's planned memory."""
+
+    __slots__ = ("planned",)
+
+    def output(self, index: int, shape: Sequence[int], dtype: Any) -> Any:
+        targets, run_memory = self.planned
+        target = targets[index]
+        if target is None or target.shape is not None:
+            return super().output(index, shape, dtype)
+        shape, dtype = tuple(int(d) for d in shape), np.dtype(dtype)
+        current = self.outputs[index]
+        if current is not None and tuple(current.shape) == shape and current.dtype == dtype:
+            return current
+        value = self.outputs[index] = target.make(run_memory, self.stream, shape, dtype)
+        return value
 
 
 def _check_not_shared(o: DeviceTensor, k: int, inputs, views: dict[int, int], sub, label: str) -> None:

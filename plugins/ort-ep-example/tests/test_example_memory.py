@@ -68,7 +68,8 @@ def allocations(monkeypatch):
 def test_a_chain_of_device_values_lives_in_two_buffers_allocated_once(allocations):
     model = _chain(6)
     sess = _session(model)
-    ((_, pool),) = sess._plan.arenas
+    ((_, arena),) = sess._plan.arenas
+    pool = arena.pool
     assert pool.device == memory.DEVICE
     assert pool.nbytes == 2 * 1024  # 12 device values (6 results, 6 copies in), two alive at any step
     expected = _session(model, (CPU,)).run(None, _feeds())[0]
@@ -89,7 +90,8 @@ def test_concurrent_runs_use_different_blocks_and_agree():
         results = list(workers.map(lambda k: (k, sess.run(None, cases[k % 8])[0]), range(48)))
     for k, got in results:
         np.testing.assert_allclose(got, expected[k % 8], rtol=1e-6)
-    ((_, pool),) = sess._plan.arenas
+    ((_, arena),) = sess._plan.arenas
+    pool = arena.pool
     assert 1 <= pool.allocations <= 4  # at most one block per thread running at once
 
 
@@ -104,7 +106,8 @@ def test_graph_outputs_on_the_device_are_never_planned_memory():
     first = binding.get_outputs()[0]
     sess.run_with_iobinding(binding)
     second = binding.get_outputs()[0]
-    ((_, pool),) = sess._plan.arenas
+    ((_, arena),) = sess._plan.arenas
+    pool = arena.pool
     block = pool.take()
     start = memory.ALLOCATOR.address(block)
     for y in (first, second):

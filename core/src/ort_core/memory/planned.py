@@ -7,7 +7,8 @@ the largest value first, each at the lowest aligned offset free for its whole li
 one block from a ``BlockPool`` at its start and gives it back at its end, so concurrent runs use
 different blocks while one thread's consecutive runs reuse the same one (same addresses). A pool made
 ``stable`` holds exactly one block for the plan's whole life: what a provider replaying captured work
-at fixed addresses (CUDA graphs) needs; its plan then runs one call at a time.
+at fixed addresses (CUDA graphs) needs; its plan then runs one call at a time. Which layout a run uses
+(the build-time one, or one per input-shape signature) is memory/layouts.py's business.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from .device import Device
-from .protocols import host_array
+from .protocols import free_bytes, host_array
 from .tensor import DeviceTensor
 
 MIN_ALIGNMENT = 256
@@ -70,8 +71,10 @@ class BlockPool:
 
     ``take()`` hands a cached block or a new one (None when ``nbytes`` is 0); ``give(block)`` returns it
     once every use of it is complete (the run synchronized its streams). At most ``MAX_CACHED_BLOCKS``
-    are kept. A ``stable`` pool keeps its first block for good and hands out that one every time: the
-    plan using it must run one call at a time."""
+    are kept; device blocks beyond that, and every block of a ``close``d pool, are freed through the
+    allocator (host blocks are left to the garbage collector, as numpy owns them). A ``stable`` pool keeps
+    its first block for good and hands out that one every time: the plan using it must run one call at a
+    time."""
 
     def __init__(self, allocator: Any, nbytes: int, stable: bool = False, label: str = "") -> None:
         self.allocator, self.nbytes, self.stable, self.label = allocator, int(nbytes), stable, label
@@ -79,6 +82,7 @@ class BlockPool:
         self._free: list[Any] = []
         self._lock = threading.Lock()
         self._kept: Any = None
+        self._closed = False
         self.allocations = 0
 
     def take(self) -> Any:
@@ -97,8 +101,21 @@ class BlockPool:
         if block is None or self.stable:
             return
         with self._lock:
-            if len(self._free) < MAX_CACHED_BLOCKS:
+            if not self._closed and len(self._free) < MAX_CACHED_BLOCKS:
                 self._free.append(block)
+                return
+        self._drop(block)
+
+    def close(self) -> None:
+        """Free the cached blocks; blocks given back later are freed too (a layout no run will use again)."""
+        with self._lock:
+            self._closed, blocks, self._free = True, self._free, []
+        for block in blocks:
+            self._drop(block)
+
+    def _drop(self, block: Any) -> None:
+        if not self.device.is_host:
+            free_bytes(self.allocator, block)
 
     def _new(self) -> Any:
         self.allocations += 1

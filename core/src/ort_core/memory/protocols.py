@@ -23,9 +23,13 @@ class Allocator(Protocol):
     ``nbytes``); ``address(buffer)`` its start address on the device (used to check
     alignment); ``free`` gives it back (a no-op where the garbage collector owns memory).
 
-    Optional: ``stream_ordered = True`` declares ``allocate(nbytes, stream=None)``: the core then passes
-    the run's stream of the provider for memory first used by work on that stream (kernel outputs, scratch,
-    copies), as cudaMallocAsync takes one, and None where the memory outlives runs (planned blocks).
+    Optional: ``stream_ordered = True`` declares ``allocate(nbytes, stream=None)`` and
+    ``free(buffer, stream=None)``: the core then passes the run's stream of the provider for memory first
+    used by work on that stream (kernel outputs, scratch, copies), as cudaMallocAsync takes one, and None
+    where the memory outlives runs (planned blocks); and, when it gives back a buffer whose last use was
+    work enqueued on a stream, that stream: the buffer is free once the work enqueued on it so far is
+    done (cudaFreeAsync), not at once. ``free`` without a stream (or on an allocator that is not
+    stream-ordered, which always gets the one-argument call) is only called when every use is complete.
     """
 
     device: Device
@@ -64,6 +68,15 @@ def allocate_bytes(allocator: Any, nbytes: int, stream: Any = None) -> Any:
     if stream is not None and getattr(allocator, "stream_ordered", False):
         return allocator.allocate(int(nbytes), stream)
     return allocator.allocate(int(nbytes))
+
+
+def free_bytes(allocator: Any, buffer: Any, stream: Any = None) -> None:
+    """Give ``buffer`` back to ``allocator``: in the order of ``stream``'s work for a stream-ordered allocator
+    (others get no stream, and must only be called once the work using the buffer is complete)."""
+    if stream is not None and getattr(allocator, "stream_ordered", False):
+        allocator.free(buffer, stream)
+    else:
+        allocator.free(buffer)
 
 
 def host_array(buffer: np.ndarray, shape: tuple, dtype: np.dtype) -> np.ndarray:

@@ -26,6 +26,13 @@ then skipped (sessions fall back to the next provider) and the core never crashe
 Exceptions: a bad option value (ValueError from the factory) is the user's error, an
 ``InvalidArgument``; a failing ``transform`` is an error naming the plugin (the graph may be half
 rewritten); ``UnsupportedSubgraph`` from compile hands only that subgraph to the next provider.
+
+Threads: kernels, data-transfer copies, allocator calls and stream methods may be called from any thread,
+several at once: the thread of whichever ``run()`` reaches them (an application's thread pool, a server's
+request threads), never necessarily the one that made the provider or compiled the kernel. Nothing is
+inherited from another call: a runtime whose state is per thread (CUDA's current device, a context made
+current) must be set in each call (``cudaSetDevice(device_id)`` at the top of every kernel and copy, or
+the device's primary context pushed and popped around the work), not once at creation.
 """
 
 from __future__ import annotations
@@ -99,8 +106,9 @@ def ort_compile(provider, subgraph, options):
     and returning one value per ``subgraph.outputs``, on the provider's device, or an
     ``ort_core.plugins.ContextKernel`` (contract v2), called with a ``KernelContext`` holding
     the inputs, the output buffers to fill (pre-allocated where the model fixes their shape),
-    the run's stream and scratch memory. Kernels are stateless and may be called from several
-    threads at once; they must not modify their inputs. Called once per subgraph per session.
+    the run's stream and scratch memory. Kernels are stateless and may be called from any thread,
+    several at once (see "Threads" above: per-thread runtime state such as the current device is set in
+    each call); they must not modify their inputs. Called once per subgraph per session.
     Raising here makes the core fall back to other providers for these nodes.
     """
 
@@ -110,11 +118,14 @@ def ort_allocator(provider, device):
     """Return an ``ort_core.memory.Allocator`` for values of ``provider`` on ``device``.
 
     The allocator declares its ``alignment`` and must honour it for every size, zero included.
-    Providers computing in host memory may return ``ort_core.memory.HostAllocator()``.
+    Providers computing in host memory may return ``ort_core.memory.HostAllocator()``. A stream-ordered
+    allocator (``stream_ordered = True``) gets the run's stream in ``allocate(nbytes, stream)`` and
+    ``free(buffer, stream)`` (see ``ort_core.memory.Allocator``). Called from any thread.
     """
 
 
 @hookspec(firstresult=True)
 def ort_data_transfer(provider):
     """Return an ``ort_core.memory.DataTransfer`` that copies values between ``provider``'s
-    devices and the host (both directions), bit-exactly for every tensor dtype."""
+    devices and the host (both directions), bit-exactly for every tensor dtype. Its copies are called
+    from any thread, several at once (see "Threads" above)."""

@@ -101,6 +101,10 @@ class ExecutionProvider:
     ``allocator``/``data_transfer``; device providers return their own. ``close`` is called once,
     when the session is garbage-collected or the interpreter exits; a value that outlives the
     session must keep what it needs alive itself (its buffer's owner).
+
+    Threads: its kernels, copies, allocators and streams are called from whichever thread runs the
+    session, several at once, not only from the one that created the instance or compiled the kernels;
+    per-thread runtime state (CUDA's current device) is set in each call, never assumed from creation.
     """
 
     def __init__(self, info: ProviderInfo, options: Mapping[str, str] | None = None,
@@ -124,7 +128,8 @@ class ExecutionProvider:
 
     def stream(self) -> Stream | None:
         """A new Stream for one run (called once per run when ``asynchronous``); None for synchronous
-        providers. Concurrent runs each get their own, so their work and errors stay apart."""
+        providers. Concurrent runs each get their own, so their work and errors stay apart. Called, and its
+        stream used, from the run's thread: any thread."""
         return None
 
     # ----------------------------------------------------------------- placement
@@ -167,7 +172,8 @@ class ExecutionProvider:
     def compile_subgraph(self, subgraph: FusedSubgraph) -> Kernel:
         """A kernel for one subgraph: ``kernel(*inputs) -> outputs``, one value per
         ``subgraph.inputs``/``subgraph.outputs``, on ``self.device``. Stateless across calls and
-        safe to call from several threads at once; never modifies its inputs."""
+        safe to call from any thread, several at once (a runtime keeping the current device per thread
+        gets it set in each call); never modifies its inputs."""
         raise NotImplementedError(f"{type(self).__name__} does not implement compile_subgraph")
 
     def export_context(self, subgraph: FusedSubgraph) -> bytes | None:
@@ -179,13 +185,15 @@ class ExecutionProvider:
 
     # -------------------------------------------------------------------- memory
     def allocator(self, device: Device) -> Allocator:
-        """The allocator for values on ``device`` (one of ``self.devices``)."""
+        """The allocator for values on ``device`` (one of ``self.devices``); called from any thread. A
+        stream-ordered one (``stream_ordered``) is given the run's stream on allocate and on free."""
         if not device.is_host:
             raise ValueError(f"{self.name} has no allocator for {device}")
         return HostAllocator()
 
     def data_transfer(self) -> DataTransfer:
-        """Copies between this instance's devices and the host, both ways, bit-exactly."""
+        """Copies between this instance's devices and the host, both ways, bit-exactly; its copies are called
+        from any thread (set per-thread device state in each)."""
         return HostDataTransfer()
 
     def staging_allocator(self) -> Allocator | None:

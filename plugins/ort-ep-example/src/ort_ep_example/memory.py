@@ -121,8 +121,13 @@ class ExampleAllocator:
     def address(self, buffer: DeviceBuffer) -> int:
         return int(runtime().ffi.cast("uintptr_t", buffer.ptr))
 
-    def free(self, buffer: DeviceBuffer) -> None:
-        """Release now rather than at garbage collection; views of the buffer become invalid."""
+    def free(self, buffer: DeviceBuffer, stream: Any = None) -> None:
+        """Release now rather than at garbage collection; views of the buffer become invalid. With a stream
+        (what ort-core passes to an allocator declaring ``stream_ordered``, as cudaFreeAsync takes one), once
+        the work enqueued on it so far has run."""
+        if stream is not None:
+            stream.enqueue(lambda: self.free(buffer), "free a buffer")
+            return
         if buffer.ptr is not None:
             runtime().ffi.release(buffer.ptr)
             buffer.ptr = None
