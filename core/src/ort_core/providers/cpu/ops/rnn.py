@@ -1,6 +1,7 @@
 """CPU kernels for the recurrent layers RNN, GRU and LSTM (all directions, layouts, sequence_lens,
-activation lists with alpha/beta, clip, peepholes). The input projection of all time steps is one
-matmul; then Python loops over time steps only, one batched matmul per step for all directions.
+activation lists with alpha/beta, clip, peepholes): attributes and activation roles are read once per
+node, the weights prepared once (rnn_prepared.py) and the time loops run in place (rnn_loops.py).
+RnnSequence, a plainer per-step driver, is what contrib_qlstm.py builds its quantized LSTM on.
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
+from .contrib_matmul_nbits import constant_inputs
+from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, rnn_loop
+from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype
 
 
 def _sigmoid(x, alpha, beta):
@@ -26,20 +30,33 @@ def _elu(x, alpha, beta):
     return np.where(x >= 0, x, alpha * np.expm1(np.minimum(x, 0)))
 
 
-# name (lower case) -> (function(x, alpha, beta), default alpha, default beta, takes alpha, takes beta);
-# defaults are those of the ONNX operators of the same names
+def _sigmoid_halved_(x, alpha, beta):
+    # in place, on an input already halved (the gate's weights, biases and clip were halved once, exactly:
+    # 1/2 is a power of two), so that sigmoid(2x) = tanh(x) / 2 + 1/2 costs three passes
+    np.tanh(x, out=x)
+    x *= 0.5
+    x += 0.5
+
+
+def _affine_(x, alpha, beta):
+    x *= alpha
+    x += beta
+
+
+# name (lower case) -> (function(x, alpha, beta), default alpha, default beta, takes alpha, takes beta,
+# in-place function(x, alpha, beta) or None); defaults are those of the ONNX operators of the same names
 _ACTIVATIONS = {
-    "relu": (lambda x, a, b: np.maximum(x, 0), 0.0, 0.0, False, False),
-    "tanh": (lambda x, a, b: np.tanh(x), 0.0, 0.0, False, False),
-    "sigmoid": (_sigmoid, 0.0, 0.0, False, False),
-    "affine": (lambda x, a, b: x * a + b, 1.0, 0.0, True, True),
-    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, x * a), 0.01, 0.0, True, False),
-    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, 0.0, True, False),
-    "scaledtanh": (lambda x, a, b: np.tanh(x * b) * a, 1.0, 1.0, True, True),
-    "hardsigmoid": (_hard_sigmoid, 0.2, 0.5, True, True),
-    "elu": (_elu, 1.0, 0.0, True, False),
-    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), 0.0, 0.0, False, False),
-    "softplus": (lambda x, a, b: np.logaddexp(0, x), 0.0, 0.0, False, False),
+    "relu": (lambda x, a, b: np.maximum(x, 0), 0.0, 0.0, False, False, lambda x, a, b: np.maximum(x, 0, out=x)),
+    "tanh": (lambda x, a, b: np.tanh(x), 0.0, 0.0, False, False, lambda x, a, b: np.tanh(x, out=x)),
+    "sigmoid": (_sigmoid, 0.0, 0.0, False, False, _sigmoid_halved_),
+    "affine": (lambda x, a, b: x * a + b, 1.0, 0.0, True, True, _affine_),
+    "leakyrelu": (lambda x, a, b: np.where(x >= 0, x, x * a), 0.01, 0.0, True, False, None),
+    "thresholdedrelu": (lambda x, a, b: np.where(x > a, x, 0), 1.0, 0.0, True, False, None),
+    "scaledtanh": (lambda x, a, b: np.tanh(x * b) * a, 1.0, 1.0, True, True, None),
+    "hardsigmoid": (_hard_sigmoid, 0.2, 0.5, True, True, None),
+    "elu": (_elu, 1.0, 0.0, True, False, None),
+    "softsign": (lambda x, a, b: x / (1 + np.abs(x)), 0.0, 0.0, False, False, None),
+    "softplus": (lambda x, a, b: np.logaddexp(0, x), 0.0, 0.0, False, False, None),
 }
 
 _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
@@ -47,17 +64,60 @@ _DIRECTIONS = {"forward": 1, "reverse": 1, "bidirectional": 2}
 
 class _Role:
     """One activation role (f, g or h) over the stacked directions: one call when every direction
-    uses the same function, else one call per direction (at most two)."""
+    uses the same function, else one call per direction (at most two). ``__call__`` returns a new
+    array; ``apply_`` works in place and takes a sigmoid's input halved (see ``halved``)."""
 
     def __init__(self, specs):
-        self.specs = specs  # per direction: (function, alpha, beta)
-        self.shared = all(s[0] is specs[0][0] and s[1:] == specs[0][1:] for s in specs)
+        self.specs = specs  # per direction: (function, alpha, beta, name, in-place function or None)
+        self.shared = all(s[0] is specs[0][0] and s[1:3] == specs[0][1:3] for s in specs)
+        self.names = tuple(s[3] for s in specs)
+        # per direction: whether apply_ expects its input halved (the sigmoid)
+        self.halved = tuple(s[0] is _sigmoid for s in specs)
+        if self.names == ("tanh",) * len(specs):  # the usual h role of LSTM: no copy first
+            self.into = lambda x, out: np.tanh(x, out=out)
 
     def __call__(self, x):
         if self.shared:
-            fn, a, b = self.specs[0]
+            fn, a, b = self.specs[0][:3]
             return fn(x, a, b)
-        return np.stack([fn(x[d], a, b) for d, (fn, a, b) in enumerate(self.specs)])
+        return np.stack([fn(x[d], a, b) for d, (fn, a, b, *_) in enumerate(self.specs)])
+
+    def apply_(self, x) -> None:
+        """x (directions first) replaced by its activation, in place."""
+        if self.shared:
+            _apply_one_(self.specs[0], x)
+        else:
+            for d, spec in enumerate(self.specs):
+                _apply_one_(spec, x[d])
+
+    def inplace(self, dtype: np.dtype):
+        """apply_ with the least overhead per call, for arrays of ``dtype`` (the time loops call it at
+        every step): sigmoid and tanh shared by all directions call the ufuncs directly."""
+        if self.shared and self.names[0] == "sigmoid":
+            half, tanh, mul, add = dtype.type(0.5), np.tanh, np.multiply, np.add
+
+            def sigmoid_halved_(x):
+                tanh(x, out=x)
+                mul(x, half, out=x)
+                add(x, half, out=x)
+
+            return sigmoid_halved_
+        if self.shared and self.names[0] == "tanh":
+            return lambda x: np.tanh(x, out=x)
+        return self.apply_
+
+    def into(self, x, out) -> None:
+        """out = activation of x (out is a buffer of x's shape; x is left alone)."""
+        np.copyto(out, x)
+        self.apply_(out)
+
+
+def _apply_one_(spec, x) -> None:
+    fn, a, b, _, inplace = spec
+    if inplace is not None:
+        inplace(x, a, b)
+    else:
+        np.copyto(x, fn(x, a, b), casting="same_kind")
 
 
 def _activations(node: Node, defaults: tuple[str, ...], num_dirs: int) -> list[_Role]:
@@ -79,12 +139,12 @@ def _activations(node: Node, defaults: tuple[str, ...], num_dirs: int) -> list[_
         entry = _ACTIVATIONS.get(name.lower())
         if entry is None:
             raise KernelError(f"{label}: unsupported activation '{name}' (supported: {sorted(_ACTIVATIONS)})")
-        fn, a, b, takes_a, takes_b = entry
+        fn, a, b, takes_a, takes_b, inplace = entry
         if takes_a and alphas:
             a = float(alphas.pop(0))
         if takes_b and betas:
             b = float(betas.pop(0))
-        specs.append((fn, a, b))
+        specs.append((fn, a, b, name.lower(), inplace))
     return [_Role([specs[d * n + k] for d in range(num_dirs)]) for k in range(n)]
 
 
@@ -116,16 +176,6 @@ class RnnConfig:
         return x
 
 
-def _compute_dtype(dtype: np.dtype) -> np.dtype:
-    """float16/bfloat16 recur in float32 (no BLAS for them, and less rounding per step)."""
-    return np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
-
-
-def _check_shape(label: str, name: str, arr, shape) -> None:
-    if arr is not None and tuple(arr.shape) != tuple(shape):
-        raise KernelError(f"{label}: input '{name}' has shape {tuple(arr.shape)}, expected {tuple(shape)}")
-
-
 class RnnSequence:
     """The time-major inputs of one run: X projected through W for every time step and direction
     (plus the biases that can be folded in), reordered so that step s of every direction reads
@@ -140,13 +190,13 @@ class RnnSequence:
         T, nb, isz = x.shape
         D, G = cfg.num_dirs, cfg.n_gates
         H = cfg.hidden if cfg.hidden is not None else (r.shape[-1] if r.ndim == 3 else -1)
-        _check_shape(label, "W", w, (D, G * H, isz))
-        _check_shape(label, "R", r, (D, G * H, H))
-        _check_shape(label, "B", b, (D, 2 * G * H))
+        check_shape(label, "W", w, (D, G * H, isz))
+        check_shape(label, "R", r, (D, G * H, H))
+        check_shape(label, "B", b, (D, 2 * G * H))
         if w.dtype != x.dtype or r.dtype != x.dtype:
             raise KernelError(f"{label}: W ({w.dtype}) and R ({r.dtype}) must have X's type {x.dtype}")
         self.T, self.batch, self.H, self.dtype = T, nb, H, x.dtype
-        cdt = self.cdt = _compute_dtype(x.dtype)
+        cdt = self.cdt = compute_dtype(x.dtype)
         self.r_t = r.astype(cdt, copy=False).transpose(0, 2, 1)  # (D, H, G*H): state @ r_t (a view: no copy)
         xw = np.matmul(x.reshape(T * nb, isz).astype(cdt, copy=False), w.astype(cdt, copy=False).transpose(0, 2, 1))
         xw = xw.reshape(D, T, nb, G * H)
@@ -185,7 +235,7 @@ class RnnSequence:
             return np.zeros((D, nb, H), dtype=self.cdt)
         if value.ndim == 3 and cfg.layout:
             value = value.swapaxes(0, 1)
-        _check_shape(cfg.label, name, value, (D, nb, H))
+        check_shape(cfg.label, name, value, (D, nb, H))
         return value.astype(self.cdt)
 
     def run(self, cfg: RnnConfig, step, states):
@@ -233,26 +283,69 @@ def _check_x(label: str, x) -> None:
         raise KernelError(f"{label}: input 'X' must be a float tensor, got {x.dtype}")
 
 
+class _Weights:
+    """Where a kernel gets its RnnWeights: checked against each run's inputs, and prepared once at build
+    time when W, R, B (and P) are constant initializers, else once per run. ``gate_roles``: the
+    activation role of each gate, whose sigmoids take their inputs halved."""
+
+    def __init__(self, cfg: RnnConfig, node: Node, graph, gate_roles, rbh_apart: bool = False, order=None):
+        self.cfg, self.rbh_apart, self.order = cfg, rbh_apart, order
+        self.halve = np.array([[role.halved[d] for role in gate_roles] for d in range(cfg.num_dirs)])
+        self.prepared = None
+        consts = constant_inputs(node, graph, (1, 2, 3, 7) if cfg.n_gates == 4 else (1, 2, 3))
+        if consts is not None:
+            w, r, b, p = (*consts, None)[:4]
+            ok = w.dtype in _FLOATS and r.dtype == w.dtype and w.ndim == 3
+            try:
+                self.check(w.shape[-1] if ok else -1, w, r, b, p)
+            except KernelError:  # reported when the node runs, as for weights fed at run time
+                ok = False
+            if ok:
+                self.prepared = self.make(w, r, b, p)
+
+    def hidden(self, r) -> int:
+        cfg = self.cfg
+        return cfg.hidden if cfg.hidden is not None else (r.shape[-1] if r.ndim == 3 else -1)
+
+    def check(self, isz: int, w, r, b, p) -> None:
+        cfg, H = self.cfg, self.hidden(r)
+        D, G = cfg.num_dirs, cfg.n_gates
+        check_shape(cfg.label, "W", w, (D, G * H, isz))
+        check_shape(cfg.label, "R", r, (D, G * H, H))
+        check_shape(cfg.label, "B", b, (D, 2 * G * H))
+        check_shape(cfg.label, "P", p, (D, 3 * H))
+
+    def make(self, w, r, b, p) -> RnnWeights:
+        return RnnWeights(w, r, b, p, self.hidden(r), self.halve, self.cfg.clip, self.rbh_apart, self.order)
+
+    def __call__(self, x, w, r, b, p=None) -> RnnWeights:
+        label = self.cfg.label
+        _check_x(label, x)
+        if x.ndim != 3:
+            raise KernelError(f"{label}: input 'X' must be 3-D, got shape {tuple(x.shape)}")
+        self.check(x.shape[2], w, r, b, p)
+        if w.dtype != x.dtype or r.dtype != x.dtype:
+            raise KernelError(f"{label}: W ({w.dtype}) and R ({r.dtype}) must have X's type {x.dtype}")
+        return self.prepared if self.prepared is not None else self.make(w, r, b, p)
+
+
 # ---------------------------------------------------------------------------------------------
 # RNN
 # ---------------------------------------------------------------------------------------------
 
 @register("RNN", since=1)
-def _rnn(node: Node, opset: int):
+def _rnn(node: Node, opset: int, graph=None):
     """Ht = f(Xt*W^T + Ht-1*R^T + Wb + Rb)."""
     cfg = RnnConfig(node, opset, 1, ("Tanh",))
-    f = cfg.roles[0]
+    (f,) = cfg.roles
+    weights = _Weights(cfg, node, graph, (f,))
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None):
-        _check_x(cfg.label, x)
-        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
-        r_t = seq.r_t
-
-        def step(xw, h):
-            return (f(cfg.clipped(xw + np.matmul(h, r_t))),)
-
-        y, states = seq.run(cfg, step, (seq.initial(cfg, "initial_h", h0),))
-        return seq.outputs(cfg, y, states)
+        wts = weights(x, w, r, b)
+        run = RnnRun(cfg, x, wts, seq_lens)
+        y = run.y_buffer(cfg)
+        h = rnn_loop(run, wts, f, run.initial(cfg, "initial_h", h0), y)
+        return run.outputs(cfg, y, (h,))
 
     return kernel
 
@@ -262,46 +355,25 @@ def _rnn(node: Node, opset: int):
 # ---------------------------------------------------------------------------------------------
 
 @register("GRU", since=1)
-def _gru(node: Node, opset: int):
+def _gru(node: Node, opset: int, graph=None):
     """z = f(Xt*Wz + Ht-1*Rz + b), r = f(Xt*Wr + Ht-1*Rr + b),
     h~ = g(Xt*Wh + (r . Ht-1)*Rh + Rbh + Wbh), or with linear_before_reset
     h~ = g(Xt*Wh + r . (Ht-1*Rh + Rbh) + Wbh); Ht = (1 - z) . h~ + z . Ht-1."""
     cfg = RnnConfig(node, opset, 3, ("Sigmoid", "Tanh"))
     lbr = bool(node.attr("linear_before_reset", 0)) if opset >= 3 else False
     f, g = cfg.roles
+    weights = _Weights(cfg, node, graph, (f, f, g), rbh_apart=lbr)
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None):
         _check_x(cfg.label, x)
         H = cfg.hidden if cfg.hidden is not None else r.shape[-1]
         if r.ndim != 3 or r.shape[-1] != H:  # before sizing anything by the hidden_size attribute
             raise KernelError(f"{cfg.label}: R of shape {tuple(r.shape)} does not fit hidden_size {H}")
-        # Rbh stays out of the folded bias when it must be multiplied by r
-        fold = np.ones(3 * H)
-        if lbr:
-            fold[2 * H:] = 0
-        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=fold)
-        r_t = seq.r_t
-        r_zr, r_h = r_t[..., :2 * H], r_t[..., 2 * H:]
-        rbh = None if seq.rb is None or not lbr else seq.rb[:, None, 2 * H:]
-
-        def step(xw, h):
-            if lbr:
-                hr = np.matmul(h, r_t)
-                zr = f(cfg.clipped(xw[..., :2 * H] + hr[..., :2 * H]))
-                hh = hr[..., 2 * H:]
-                if rbh is not None:
-                    hh += rbh
-                hh *= zr[..., H:]
-            else:
-                zr = f(cfg.clipped(xw[..., :2 * H] + np.matmul(h, r_zr)))
-                hh = np.matmul(zr[..., H:] * h, r_h)
-            hh += xw[..., 2 * H:]
-            hh = g(cfg.clipped(hh))
-            z = zr[..., :H]
-            return (hh + z * (h - hh),)
-
-        y, states = seq.run(cfg, step, (seq.initial(cfg, "initial_h", h0),))
-        return seq.outputs(cfg, y, states)
+        wts = weights(x, w, r, b)
+        run = RnnRun(cfg, x, wts, seq_lens)
+        y = run.y_buffer(cfg)
+        h = gru_loop(run, wts, f, g, lbr, run.initial(cfg, "initial_h", h0), y)
+        return run.outputs(cfg, y, (h,))
 
     return kernel
 
@@ -311,40 +383,21 @@ def _gru(node: Node, opset: int):
 # ---------------------------------------------------------------------------------------------
 
 @register("LSTM", since=1)
-def _lstm(node: Node, opset: int):
+def _lstm(node: Node, opset: int, graph=None):
     """Gates in order i, o, f, c: i = f(.. + Pi . Ct-1), f = f(.. + Pf . Ct-1) (or 1 - i with
     input_forget), c~ = g(..), Ct = f . Ct-1 + i . c~, o = f(.. + Po . Ct), Ht = o . h(Ct).
     clip bounds the inputs of f and g (not of h, as in onnxruntime)."""
     cfg = RnnConfig(node, opset, 4, ("Sigmoid", "Tanh", "Tanh"))
     input_forget = bool(node.attr("input_forget", 0))
     f, g, h_act = cfg.roles
+    weights = _Weights(cfg, node, graph, (f, f, f, g), order=LSTM_ORDER)
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):
-        _check_x(cfg.label, x)
-        seq = RnnSequence(cfg, x, w, r, b, seq_lens, fold_bias=1.0)
-        H, r_t = seq.H, seq.r_t
-        peep = None
-        if p is not None:
-            _check_shape(cfg.label, "P", p, (cfg.num_dirs, 3 * H))
-            pc = p.astype(seq.cdt)[:, None, :]  # (D, 1, 3H): i, o, f
-            peep = (pc[..., :H], pc[..., H:2 * H], pc[..., 2 * H:])
-
-        def step(xw, h, c):
-            gates = xw + np.matmul(h, r_t)
-            gi, go, gf, gc = (gates[..., k * H:(k + 1) * H] for k in range(4))
-            if peep is not None:
-                gi += peep[0] * c
-                gf += peep[2] * c
-            i = f(cfg.clipped(gi))
-            fg = 1 - i if input_forget else f(cfg.clipped(gf))
-            c_new = fg * c + i * g(cfg.clipped(gc))
-            if peep is not None:
-                go += peep[1] * c_new
-            o = f(cfg.clipped(go))
-            return o * h_act(c_new), c_new
-
-        states = (seq.initial(cfg, "initial_h", h0), seq.initial(cfg, "initial_c", c0))
-        y, states = seq.run(cfg, step, states)
-        return seq.outputs(cfg, y, states)
+        wts = weights(x, w, r, b, p)
+        run = RnnRun(cfg, x, wts, seq_lens)
+        y = run.y_buffer(cfg)
+        h0, c0 = run.initial(cfg, "initial_h", h0), run.initial(cfg, "initial_c", c0)
+        h, c = lstm_loop(run, wts, f, g, h_act, input_forget, h0, c0, y)
+        return run.outputs(cfg, y, (h, c))
 
     return kernel

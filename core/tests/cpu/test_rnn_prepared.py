@@ -1,0 +1,173 @@
+"""RNN, GRU and LSTM whole models against onnxruntime: weights prepared once when they are initializers
+(and not stale on the next run), weights fed as graph inputs, bidirectional, batch > 1 (the per-row
+product of large weights included), sequence_lens, initial states, GRU's linear_before_reset."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ort_core
+from ort_core.providers.cpu.ops import rnn
+
+ort = pytest.importorskip("onnxruntime")
+
+GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
+
+
+def build(op, dirs, hidden, isz, weights, as_inputs, extra=(), attrs=None, opset=17):
+    """A one-node model X[, sequence_lens, initial_h, initial_c, P] -> Y, Y_h[, Y_c]; W, R, B are
+    initializers, or graph inputs when ``as_inputs``."""
+    names = ["X", "W", "R", "B", *extra]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)]
+    inits = []
+    for name, value in zip(("W", "R", "B"), weights):
+        if as_inputs:
+            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, value.shape))
+        else:
+            inits.append(numpy_helper.from_array(value, name))
+    for name in extra:
+        if name:
+            elem = TensorProto.INT32 if name == "L" else TensorProto.FLOAT
+            graph_inputs.append(helper.make_tensor_value_info(name, elem, None))
+    outs = ["Y", "Yh", "Yc"] if op == "LSTM" else ["Y", "Yh"]
+    node = helper.make_node(op, names, outs, hidden_size=hidden, **dict(attrs or {}))
+    graph = helper.make_graph([node], "g", graph_inputs, [helper.make_tensor_value_info(o, TensorProto.FLOAT, None)
+                                                          for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+def weights(rng, op, dirs, hidden, isz, scale=0.5):
+    g = GATES[op]
+    return [(rng.standard_normal(shape) * scale).astype(np.float32)
+            for shape in ((dirs, g * hidden, isz), (dirs, g * hidden, hidden), (dirs, 2 * g * hidden))]
+
+
+def sessions(model):
+    return (ort_core.InferenceSession(model, providers=["CPUExecutionProvider"]),
+            ort.InferenceSession(model, providers=["CPUExecutionProvider"]))
+
+
+def assert_same(ours, theirs, feeds, tol=2e-5):
+    a, b = ours.run(None, feeds), theirs.run(None, feeds)
+    assert len(a) == len(b)
+    for i, (x, y) in enumerate(zip(a, b)):
+        assert x.dtype == y.dtype and x.shape == y.shape, f"output {i}"
+        np.testing.assert_allclose(x, y, rtol=tol, atol=tol, err_msg=f"output {i}")
+
+
+class _Counting(rnn.RnnWeights):
+    made = 0
+
+    def __init__(self, *args, **kwargs):
+        type(self).made += 1
+        super().__init__(*args, **kwargs)
+
+
+@pytest.fixture
+def count_prepared(monkeypatch):
+    _Counting.made = 0
+    monkeypatch.setattr(rnn, "RnnWeights", _Counting)
+    return _Counting
+
+
+CASES = [(op, direction, batch) for op in GATES for direction in ("forward", "reverse", "bidirectional")
+         for batch in (1, 3)]
+
+
+@pytest.mark.parametrize("op,direction,batch", CASES)
+def test_initializer_weights_prepared_once(op, direction, batch, count_prepared):
+    rng = np.random.default_rng(0)
+    D, H, isz, T = (2 if direction == "bidirectional" else 1), 5, 4, 6
+    w = weights(rng, op, D, H, isz)
+    attrs = dict(direction=direction, **({"linear_before_reset": 1} if op == "GRU" else {}))
+    extra = ["", "H0"] + (["C0"] if op == "LSTM" else [])
+    ours, theirs = sessions(build(op, D, H, isz, w, False, extra, attrs))
+    assert count_prepared.made == 1  # at session creation
+    for _ in range(3):  # new inputs every run: nothing from the previous run may leak in
+        feeds = {"X": rng.standard_normal((T, batch, isz)).astype(np.float32),
+                 "H0": rng.standard_normal((D, batch, H)).astype(np.float32)}
+        if op == "LSTM":
+            feeds["C0"] = rng.standard_normal((D, batch, H)).astype(np.float32)
+        kept = {k: v.copy() for k, v in feeds.items()}
+        assert_same(ours, theirs, feeds)
+        for k, v in feeds.items():
+            np.testing.assert_array_equal(v, kept[k])  # feeds are never written
+    assert count_prepared.made == 1
+
+
+@pytest.mark.parametrize("op", list(GATES))
+def test_weights_fed_as_graph_inputs(op, count_prepared):
+    rng = np.random.default_rng(1)
+    D, H, isz, T, batch = 2, 4, 3, 5, 2
+    ours, theirs = sessions(build(op, D, H, isz, weights(rng, op, D, H, isz), True,
+                                  attrs=dict(direction="bidirectional")))
+    for run in range(3):  # other weights every run
+        w = weights(rng, op, D, H, isz)
+        feeds = {"X": rng.standard_normal((T, batch, isz)).astype(np.float32), "W": w[0], "R": w[1], "B": w[2]}
+        assert_same(ours, theirs, feeds)
+        assert count_prepared.made == run + 1
+
+
+@pytest.mark.parametrize("op", list(GATES))
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+def test_sequence_lens(op, direction):
+    rng = np.random.default_rng(2)
+    D, H, isz, T = (2 if direction == "bidirectional" else 1), 6, 3, 7
+    lens = np.array([7, 2, 5, 1], np.int32)
+    extra = ["L", "H0"] + (["C0"] if op == "LSTM" else [])
+    ours, theirs = sessions(build(op, D, H, isz, weights(rng, op, D, H, isz), False, extra,
+                                  dict(direction=direction)))
+    for _ in range(2):
+        feeds = {"X": rng.standard_normal((T, 4, isz)).astype(np.float32), "L": lens,
+                 "H0": rng.standard_normal((D, 4, H)).astype(np.float32)}
+        if op == "LSTM":
+            feeds["C0"] = rng.standard_normal((D, 4, H)).astype(np.float32)
+        assert_same(ours, theirs, feeds)
+        lens = lens[::-1].copy()
+
+
+@pytest.mark.parametrize("lbr", [0, 1])
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_gru_linear_before_reset(lbr, direction):
+    rng = np.random.default_rng(3)
+    D, H, isz = (2 if direction == "bidirectional" else 1), 8, 5
+    ours, theirs = sessions(build("GRU", D, H, isz, weights(rng, "GRU", D, H, isz), False,
+                                  attrs=dict(direction=direction, linear_before_reset=lbr)))
+    for batch in (1, 4):
+        assert_same(ours, theirs, {"X": rng.standard_normal((6, batch, isz)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("peepholes", [False, True])
+@pytest.mark.parametrize("input_forget", [0, 1])
+def test_lstm_peepholes_clip_input_forget_and_lens(peepholes, input_forget):
+    rng = np.random.default_rng(4)
+    D, H, isz, batch = 2, 4, 3, 3
+    extra = ["L", "H0", "C0"] + (["P"] if peepholes else [])
+    ours, theirs = sessions(build("LSTM", D, H, isz, weights(rng, "LSTM", D, H, isz), False, extra,
+                                  dict(direction="bidirectional", clip=0.7, input_forget=input_forget)))
+    feeds = {"X": (rng.standard_normal((5, batch, isz)) * 3).astype(np.float32),
+             "L": np.array([5, 3, 1], np.int32),
+             "H0": rng.standard_normal((D, batch, H)).astype(np.float32),
+             "C0": rng.standard_normal((D, batch, H)).astype(np.float32)}
+    if peepholes:
+        feeds["P"] = rng.standard_normal((D, 3 * H)).astype(np.float32)
+    assert_same(ours, theirs, feeds)
+
+
+@pytest.mark.parametrize("op,hidden", [("LSTM", 512), ("GRU", 512), ("RNN", 1024)])
+def test_large_weights_few_batch_rows(op, hidden):
+    """Weights large enough for one vector product per batch row (rnn_prepared._ROWS_APART_BYTES)."""
+    rng = np.random.default_rng(5)
+    D, isz, batch = 2, 16, 3
+    w = weights(rng, op, D, hidden, isz, scale=1 / np.sqrt(hidden))
+    assert w[1][0].nbytes >= 2 << 20
+    attrs = dict(direction="bidirectional", **({"linear_before_reset": 1} if op == "GRU" else {}))
+    ours, theirs = sessions(build(op, D, hidden, isz, w, False, ["L"], attrs))
+    for lens in ([4, 2, 3], [4, 4, 4]):
+        feeds = {"X": rng.standard_normal((4, batch, isz)).astype(np.float32), "L": np.array(lens, np.int32)}
+        assert_same(ours, theirs, feeds, tol=1e-4)
+
