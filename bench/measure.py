@@ -31,6 +31,7 @@ import gc
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -299,9 +300,37 @@ if __name__ == "__main__":
 
 # ------------------------------------------------------------------------------------------- output
 def publish(text: str, path: str | None, seconds: float | None = None) -> None:
-    """Print a bench's Markdown (and how long the run took), and write it to ``path`` when one is given."""
+    """Print a bench's Markdown (and how long the run took), and write it to ``path`` when one is given;
+    sections other benches keep in that file (``publish_section``) stay at its end."""
     print(f"\n{text}" + (f"\n({seconds:.0f} s)" if seconds is not None else ""))
     if path:
+        kept = "".join(_sections(path).values())
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text)
+            f.write(text if not kept else text.rstrip("\n") + "\n\n" + kept)
         print(f"Markdown written to {path}")
+
+
+def publish_section(text: str, path: str | None, name: str, seconds: float | None = None) -> None:
+    """Print a bench's Markdown and put it into ``path`` as the section ``name``, replacing that section
+    and leaving the rest of the file as it was (a new file holds only the section)."""
+    print(f"\n{text}" + (f"\n({seconds:.0f} s)" if seconds is not None else ""))
+    if not path:
+        return
+    block = f"<!-- section:{name} -->\n{text.rstrip()}\n<!-- /section:{name} -->\n"
+    body = open(path, encoding="utf-8").read() if os.path.exists(path) else ""
+    old = _sections(path).get(name)
+    body = body.replace(old, block) if old else (body.rstrip("\n") + "\n\n" if body else "") + block
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(body)
+    print(f"Markdown section '{name}' written to {path}")
+
+
+def _sections(path: str) -> dict[str, str]:
+    """Marked sections of a Markdown file: name -> the text from its opening marker through its closing one."""
+    if not os.path.exists(path):
+        return {}
+    text = open(path, encoding="utf-8").read()
+    found = {}
+    for m in re.finditer(r"<!-- section:([\w-]+) -->\n.*?<!-- /section:\1 -->\n?", text, flags=re.S):
+        found[m.group(1)] = m.group(0)
+    return found

@@ -1,4 +1,5 @@
-"""The ``ort-core`` command: run a model, explain its placement, list providers, run the bundled demo.
+"""The ``ort-core`` command: run a model, explain its placement, list providers, run the bundled demo, run a
+model over a dataset on Ray Data (``batch``, in ``integrations.batch_command``).
 
 A thin shell over the Python API; it holds no runtime logic of its own (inputs: ``cli_inputs``). Output to a
 pipe closed early (``| head``) ends the command quietly.
@@ -18,6 +19,7 @@ import numpy as np
 from . import InferenceSession, NotImplementedOp, OrtError, __version__
 from .blas import blas_info
 from .cli_inputs import parse_shapes, random_input, read_inputs
+from .integrations import batch_command
 from .placement_svg import placement_svg
 from .plugins.manager import get_registry
 
@@ -53,6 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     p_demo.add_argument("--repeat", "-r", type=int, default=50)
     p_demo.add_argument("--providers", "-p", default="CPUExecutionProvider",
                         help="comma-separated providers in priority order (default: CPU)")
+    batch_command.add_parser(sub)
 
     args = parser.parse_args(argv)
     try:
@@ -73,6 +76,8 @@ def _command(args) -> int:
             return _providers()
         if args.command == "explain":
             return _explain(args)
+        if args.command == "batch":
+            return batch_command.run(args)
         return _demo(args)
     except BrokenPipeError:
         raise
