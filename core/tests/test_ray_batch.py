@@ -221,6 +221,30 @@ def test_the_batch_command_writes_parquet_and_lists_refused_rows(tmp_path):
     assert again.returncode == 1 and "output folder 'out' already holds files" in again.stderr
 
 
+def test_the_batch_command_reads_csv_columns_as_features_and_writes_csv(tmp_path):
+    import onnx
+
+    model = onnx.load_from_string(_classifier())
+    model.graph.node.append(helper.make_node("ArgMax", ["probs"], ["top"], axis=1, keepdims=1))
+    model.graph.output.append(helper.make_tensor_value_info("top", TensorProto.INT64, ["N", 1]))
+    onnx.save(model, tmp_path / "model.onnx")
+    x = np.round(X[:250], 3)
+    header = "key," + ",".join(f"f{i}" for i in range(FEATURES))
+    lines = [f"{k}," + ",".join(f"{v:.3f}" for v in row) for k, row in enumerate(x)]
+    (tmp_path / "in.csv").write_text("\n".join([header, *lines]) + "\n")
+    done = _cli("model.onnx", "-i", "in.csv", "-o", "out", "--format", "csv", "--id-column", "key",
+                "--output-map", "top=top", cwd=tmp_path)  # the 16 feature columns stack into the input in order
+    assert done.returncode == 0, done.stderr[-3000:]
+    got = {}
+    for path in (tmp_path / "out").glob("*.csv"):
+        for line in path.read_text().splitlines()[1:]:
+            key, top = line.split(",")
+            got[int(key)] = int(top)
+    assert got == dict(enumerate(np.argmax(_expected(x), axis=1).tolist()))
+    done = _cli("model.onnx", "-i", "in.csv", "-o", "out2", "--format", "csv", cwd=tmp_path)
+    assert done.returncode == 1 and "output 'probs' has rows of shape [10]: CSV holds one value" in done.stderr
+
+
 def test_the_batch_command_reads_a_folder_of_images_at_the_models_size(tmp_path):
     from PIL import Image
 

@@ -70,6 +70,8 @@ def run(args: argparse.Namespace) -> int:
     input_map = _pairs(args.input_map, "--input-map", "COLUMN=INPUT", columns_first=True)
     output_map = _pairs(args.output_map, "--output-map", "OUTPUT=COLUMN") or None
     kind, files = _input_kind(args.input)
+    if args.format == "csv":
+        _check_scalar_outputs(args.model, output_map)
     local = args.address is None
     # a local cluster declares one CPU more than this machine lets the process use: actors take the real ones
     # (one session thread each), Ray Data's list, read and write tasks the extra one (else they wait for ever)
@@ -94,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
             if args.format == "parquet":
                 out.write_parquet(args.output)
             else:
-                out.write_csv(args.output)
+                out.map_batches(_one_value_per_row, batch_format="numpy").write_csv(args.output)
         except Exception as e:  # noqa: BLE001 - Ray wraps the actors' errors; show the cause, not the wrapping
             cause = _cause(e)
             if isinstance(cause, (RowError, ValueError, TypeError, RuntimeError)):
@@ -129,6 +131,26 @@ def _check_output(path: str, overwrite: bool) -> None:
         stale = os.path.join(path, FAILURES_FILE)
         if os.path.exists(stale):
             os.remove(stale)
+
+
+def _one_value_per_row(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Columns of rows of one value ([N, 1, 1]) as plain columns ([N]), which CSV can hold."""
+    return {k: (v.reshape(len(v)) if v.ndim > 1 and v[0].size == 1 else v) for k, v in batch.items()}
+
+
+def _check_scalar_outputs(model: str, output_map: dict[Any, str] | None) -> None:
+    """CSV holds one value per cell: every output written must have one value per row."""
+    import onnx
+
+    graph = onnx.load(model, load_external_data=False).graph
+    for value in graph.output:
+        if output_map and value.name not in output_map:
+            continue
+        dims = value.type.tensor_type.shape.dim[1:]
+        if any(not (d.HasField("dim_value") and d.dim_value == 1) for d in dims):
+            shown = ["?" if not d.HasField("dim_value") else d.dim_value for d in dims]
+            raise ValueError(f"output '{value.name}' has rows of shape {shown}: CSV holds one value per row and "
+                             "column; write Parquet (--format parquet) or leave it out with --output-map")
 
 
 def _pairs(items: list[str], flag: str, form: str, columns_first: bool = False) -> dict[Any, str]:
