@@ -76,7 +76,12 @@ def run(args: argparse.Namespace) -> int:
     # a local cluster declares one CPU more than this machine lets the process use: actors take the real ones
     # (one session thread each), Ray Data's list, read and write tasks the extra one (else they wait for ever)
     spare = {"num_cpus": len(os.sched_getaffinity(0)) + 1} if local and hasattr(os, "sched_getaffinity") else {}
-    ray.init(address=args.address, include_dashboard=False, logging_level="WARNING", **spare)
+    try:
+        ray.init(address=args.address, include_dashboard=False, logging_level="WARNING", **spare)
+    except ConnectionError as e:
+        hint = ("" if os.environ.get("RAY_AUTH_MODE") else "; a cluster started by `ray start` asks for its token: "
+                "set RAY_AUTH_MODE=token here (the token is read from ~/.ray/auth_token or RAY_AUTH_TOKEN)")
+        raise ValueError(f"cannot reach the Ray cluster at {args.address}: {e}{hint}") from None
     try:
         ds, id_column = _read(ray, kind, files, args)
         # blocks of at most two batches as they stream: every actor gets work, even from one large file
