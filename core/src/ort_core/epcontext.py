@@ -2,8 +2,9 @@
 ``ep.context_enable``), so that the next load skips compiling them.
 
 Asks each provider instance for the compiled artifact of each of its subgraphs; subgraphs with one are
-replaced by an EPContext node (domain com.microsoft) holding it, embedded or in a file beside the model;
-the rest of the graph is written as placed. Reading the nodes back is the providers' job.
+replaced by an EPContext node (domain com.microsoft) holding it, embedded or in a file beside the model, a blob
+shared by several subgraphs written once (onnxruntime's ``main_context`` layout); the rest of the graph is
+written as placed. Reading the nodes back is the providers' job (``ExecutionProvider.saved_context``).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from .errors import InvalidArgument, warn
 from .ir import save_model
 from .ir.graph import Model, Node, outer_scope_reads
 from .plugins.context import CONTEXT_DOMAIN, CONTEXT_OP, EMBED_MODE_KEY, ENABLE_KEY, FILE_PATH_KEY
+from .plugins.provider import SharedContext
 
 
 def write_context_model(model: Model, part, instances: dict, config: dict[str, str], model_path: str | None) -> str:
@@ -27,26 +29,50 @@ def write_context_model(model: Model, part, instances: dict, config: dict[str, s
         raise InvalidArgument(f"the model was given as bytes: set the session config entry '{FILE_PATH_KEY}' to "
                               "where the context model goes")
     stem = os.path.splitext(os.path.basename(path))[0]
+    folder = os.path.dirname(os.path.abspath(path))
+
+    def payload(blob: bytes, sub_name: str) -> bytes:
+        if embed == "1":
+            return blob
+        name = f"{stem}_{sub_name}.bin"
+        with open(os.path.join(folder, name), "wb") as f:
+            f.write(blob)
+        return name.encode()
+
     nodes: list[Node] = []  # in execution order, so the file is topologically sorted
+    shared: dict[tuple[str, bytes], set[str]] = {}  # (provider, shared blob) -> the graph names written for it
     exported = 0
     for provider, sub in part.subgraphs:
         ep = instances[provider]
-        blob = ep.ep.export_context(sub)
-        if blob is None:
+        answer = ep.ep.export_context(sub)
+        if answer is None:
             nodes += sub.nodes
             continue
-        if not isinstance(blob, (bytes, bytearray)):
-            raise InvalidArgument(f"{ep.reg.label}: export_context returned {type(blob).__name__}, expected bytes")
-        if embed == "1":
-            payload = bytes(blob)
+        version = ep.ep.sdk_version
+        if not isinstance(version, str):
+            raise InvalidArgument(f"{ep.reg.label}: sdk_version is {type(version).__name__}, expected str")
+        attrs = {"embed_mode": int(embed), "source": provider, "ep_sdk_version": version}
+        if isinstance(answer, SharedContext):
+            blob, name = answer.blob, answer.graph
+            if not isinstance(blob, (bytes, bytearray)) or not isinstance(name, str) or not name:
+                raise InvalidArgument(f"{ep.reg.label}: export_context returned SharedContext(blob: "
+                                      f"{type(blob).__name__}, graph: {name!r}), expected bytes and a graph name")
+            graphs = shared.setdefault((provider, bytes(blob)), set())
+            if name in graphs:
+                raise InvalidArgument(f"{ep.reg.label}: export_context named graph '{name}' for two subgraphs of "
+                                      "one shared context")
+            # the first subgraph of a blob holds it; the others name their graph in it
+            attrs.update({"main_context": 1, "ep_cache_context": payload(bytes(blob), sub.name)} if not graphs
+                         else {"main_context": 0}, partition_name=name)
+            graphs.add(name)
+        elif isinstance(answer, (bytes, bytearray)):
+            name = f"{sub.name}_context"
+            attrs.update(main_context=1, ep_cache_context=payload(bytes(answer), sub.name), partition_name=sub.name)
         else:
-            payload = f"{stem}_{sub.name}.bin".encode()
-            with open(os.path.join(os.path.dirname(os.path.abspath(path)), payload.decode()), "wb") as f:
-                f.write(blob)
-        nodes.append(Node(CONTEXT_OP, list(sub.inputs), list(sub.outputs), {
-            "main_context": 1, "ep_cache_context": payload, "embed_mode": int(embed), "source": provider,
-            "partition_name": sub.name, "ep_sdk_version": ep.ep.info.version or ""},
-            domain=CONTEXT_DOMAIN, name=f"{sub.name}_context", id=-1))
+            raise InvalidArgument(f"{ep.reg.label}: export_context returned {type(answer).__name__}, expected "
+                                  "bytes, a SharedContext or None")
+        nodes.append(Node(CONTEXT_OP, list(sub.inputs), list(sub.outputs), attrs, domain=CONTEXT_DOMAIN, name=name,
+                          id=-1))
         exported += 1
     if not exported:
         warn(f"{ENABLE_KEY}=1, but no provider of this session exports compiled contexts; '{path}' was not "

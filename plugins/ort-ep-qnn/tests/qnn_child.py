@@ -645,7 +645,7 @@ def scenario_epcontext(args):
     """Save each model's compiled QNN contexts as EPContext nodes (embedded or beside it), load them back:
     nothing probed or built on load, the same results, and both load times."""
     import onnx
-    from ort_ep_qnn import capability, kernel
+    from ort_ep_qnn import capability, kernel, runtime
 
     folder, embed = args["folder"], args["embed"]
     out = {}
@@ -677,6 +677,7 @@ def scenario_epcontext(args):
         got = loaded.run(None, feed)[0]
         np.save(os.path.join(folder, f"{name}_want.npy"), want)
         out[name] = {"nodes": _context_nodes(ctx_path), "files": sorted(os.listdir(folder)),
+                     "sdk": runtime.backend().build_id,
                      "placement": placement(loaded), "builds": builds.calls, "probes": probes.calls,
                      "same": bool(np.array_equal(got, want)), "cpu_err": float(np.max(np.abs(got - cpu))),
                      "max_abs": float(np.max(np.abs(cpu))), "compiled_s": compiled_s, "recompiled_s": recompiled_s,
@@ -718,6 +719,51 @@ def scenario_epcontext_stages(args):
     graphs = runtime.backend().system().graphs(blob)
     return {"placement": placement(loaded), "same": bool(np.array_equal(got, want)), "graphs": len(graphs),
             "names": [g.name for g in graphs], "inputs": [[t.name for t in g.inputs] for g in graphs]}
+
+
+def split_twice_model():
+    """Mul -> Sin -> Add -> Relu: QNN, CPU, QNN (the second subgraph of two nodes)."""
+    nodes = [helper.make_node("Mul", ["x", "s"], ["m"]), helper.make_node("Sin", ["m"], ["e"]),
+             helper.make_node("Add", ["e", "x"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    return make_model(nodes, [vi("x", [2, 8])], [vi("y", [2, 8])], [init("s", np.full(8, 0.7, np.float32))])
+
+
+def scenario_epcontext_unshared(args):
+    """Two subgraphs, the second of which does not finalize as one graph (simulated): the shared context is given up,
+    each subgraph saved in a context of its own; the model loads back and computes the same."""
+    import onnx
+    from ort_ep_qnn import kernel, runtime
+
+    folder = args["folder"]
+    original = kernel._build
+
+    def fussy(nodes, outputs, context, name, *rest):
+        if len(nodes) > 1 and name.startswith("QNNExecutionProvider_2"):
+            raise runtime.QnnError("simulated: too large to finalize")
+        return original(nodes, outputs, context, name, *rest)
+
+    path = os.path.join(folder, "split_twice.onnx")
+    onnx.save(split_twice_model(), path)
+    so = ort.SessionOptions()
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "1")
+    feed = {"x": np.random.default_rng(7).standard_normal((2, 8)).astype(np.float32)}
+    kernel._build = fussy
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = ort.InferenceSession(path, so, providers=[NAME, CPU])
+    finally:
+        kernel._build = original
+    want = sess.run(None, feed)[0]
+    ctx_path = os.path.join(folder, "split_twice_ctx.onnx")
+    with Counting(kernel, "_build") as builds, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = ort.InferenceSession(ctx_path, providers=[NAME, CPU])
+    got = loaded.run(None, feed)[0]
+    cpu = session(split_twice_model(), [CPU]).run(None, feed)[0]
+    return {"nodes": _context_nodes(ctx_path), "placement": placement(loaded), "builds": builds.calls,
+            "same": bool(np.array_equal(got, want)), "cpu_err": float(np.max(np.abs(got - cpu)))}
 
 
 def scenario_epcontext_corrupt(args):

@@ -193,15 +193,24 @@ def test_context_model_is_saved_and_loads_without_compiling(tmp_path, embed):
     attrs = node["attrs"]
     assert attrs["main_context"] == 1 and attrs["embed_mode"] == int(embed)
     assert attrs["source"] == NAME and attrs["partition_name"] == "QNNExecutionProvider_0"
-    assert "ep_sdk_version" in attrs
+    assert attrs["ep_sdk_version"] == cnn["sdk"] and cnn["sdk"].startswith("v2.")  # QNN's build id, as onnxruntime
     if embed == "1":
         assert attrs["ep_cache_context"] > 10_000  # the serialized context's bytes, in the node
     else:
         assert attrs["ep_cache_context"] == "cnn_ctx_QNNExecutionProvider_0.bin"
         assert attrs["ep_cache_context"] in cnn["files"]
-    # two QNN subgraphs around Sin: two EPContext nodes, each a whole context of its own
+    # two QNN subgraphs around Sin: one context holding both graphs, saved once in the first EPContext node; the
+    # other names its graph in it (onnxruntime's layout for a shared context)
+    main, sin, other = split["nodes"]
     assert [n["op"] for n in split["nodes"]] == ["EPContext", "Sin", "EPContext"]
-    assert all(n["attrs"]["main_context"] == 1 for n in split["nodes"] if n["op"] == "EPContext")
+    assert (main["attrs"]["main_context"], other["attrs"]["main_context"]) == (1, 0)
+    assert main["name"] == main["attrs"]["partition_name"] and main["name"].startswith("QNNExecutionProvider_0_")
+    assert other["name"] == other["attrs"]["partition_name"] and other["name"].startswith("QNNExecutionProvider_2_")
+    assert "ep_cache_context" not in other["attrs"]
+    assert main["attrs"]["ep_sdk_version"] == other["attrs"]["ep_sdk_version"] == split["sdk"]
+    if embed == "0":
+        assert main["attrs"]["ep_cache_context"] == "split_ctx_QNNExecutionProvider_0.bin"
+        assert [f for f in split["files"] if f.startswith("split_ctx_")] == ["split_ctx_QNNExecutionProvider_0.bin"]
     for res in (cnn, split):
         assert res["builds"] == 0 and res["probes"] == 0  # loaded: nothing built, finalized or probed
         assert res["same"]  # bit for bit what the compiling session computed
@@ -224,9 +233,20 @@ def test_a_context_that_cannot_be_loaded_is_reported_with_the_reason(tmp_path):
                and "not a QNN context binary" in w for w in r["warnings"]), r["warnings"]
 
 
+def test_subgraphs_that_cannot_share_a_context_are_saved_in_one_each(tmp_path):
+    r = child("epcontext_unshared", {"folder": str(tmp_path)})
+    contexts = [n for n in r["nodes"] if n["op"] == "EPContext"]
+    assert [n["op"] for n in r["nodes"]] == ["EPContext", "Sin", "EPContext"]
+    assert [n["attrs"]["main_context"] for n in contexts] == [1, 1]  # a whole context each
+    assert r["placement"] == [[NAME, ["EPContext"]], ["CPUExecutionProvider", ["Sin"]], [NAME, ["EPContext"]]]
+    assert r["builds"] == 0 and r["same"] and r["cpu_err"] <= 1e-6
+
+
 @needs_onnxruntime_qnn
-def test_onnxruntime_qnn_runs_our_context_models(tmp_path):
-    child("epcontext", {"folder": str(tmp_path), "embed": "0", "models": ["cnn", "split"]})
+@pytest.mark.parametrize("embed", ["0", "1"])
+def test_onnxruntime_qnn_runs_our_context_models(tmp_path, embed):
+    # "split": two partitions in one shared context (main_context 1 and 0), read by onnxruntime-qnn
+    child("epcontext", {"folder": str(tmp_path), "embed": embed, "models": ["cnn", "split"]})
     r = child("ort_reads", {"folder": str(tmp_path), "models": ["cnn", "split"]}, foreign=True)
     assert r["cnn"]["max_abs_err"] == 0.0  # the same compiled graph runs in either runtime
     assert r["split"]["max_abs_err"] <= 1e-6  # Sin on onnxruntime's CPU provider in between

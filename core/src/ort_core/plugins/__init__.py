@@ -10,7 +10,15 @@ from .context import ArtifactCache, context_blob, is_context_node
 from .hookspecs import hookimpl
 from .kernel import ContextKernel, KernelContext
 from .loading import LoadOnce, missing_symbols
-from .provider import ExecutionProvider, Preferences, SessionContext, UnsupportedSubgraph, provider_hooks
+from .provider import (
+    ExecutionProvider,
+    Preferences,
+    SavedContext,
+    SessionContext,
+    SharedContext,
+    UnsupportedSubgraph,
+    provider_hooks,
+)
 from .types import (
     Capability,
     FusedSubgraph,
@@ -23,7 +31,8 @@ from .types import (
 from .verdicts import VerdictCache, canonical
 
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
-           "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SessionContext", "TransformView",
+           "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SavedContext", "SessionContext",
+           "SharedContext", "TransformView",
            "UnsupportedSubgraph", "VerdictCache", "canonical", "constant_node_value", "constant_node_values",
            "context_blob", "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain",
            "provider_hooks"]

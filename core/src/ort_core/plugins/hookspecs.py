@@ -11,7 +11,9 @@ and that is exposed through the entry-point group ``ort_core.providers`` in its 
 
 Contract v2: ``ort_create_provider`` makes one ``ort_core.plugins.ExecutionProvider`` object per
 session (``plugins/provider.py`` documents its methods: preferences, get_capability, transform,
-compile, export_context, allocator, data_transfer, stream, close); the module-level
+compile, export_context (a compiled blob per subgraph, or a ``SharedContext`` for subgraphs sharing one blob,
+written with ``sdk_version`` as onnxruntime's EPContext nodes and read back with ``saved_context``),
+allocator, data_transfer, stream, close); the module-level
 ``ort_get_capability`` / ``ort_compile`` / ``ort_allocator`` / ``ort_data_transfer`` hooks below are
 contract v1, still served for plugins that have no factory (their answers follow the same rules).
 

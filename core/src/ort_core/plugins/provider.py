@@ -10,14 +10,18 @@ answers lives in ``manager``; this module only defines the base class and its sm
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..errors import InvalidGraph
+from ..ir.graph import Graph, Node
 from ..memory.device import Device
 from ..memory.host import HostAllocator, HostDataTransfer
 from ..memory.protocols import Allocator, DataTransfer
 from ..memory.stream import Stream
+from .context import CONTEXT_DOMAIN, CONTEXT_OP, context_blob
 from .hookspecs import hookimpl
 from .types import Capability, FusedSubgraph, GraphView, ProviderInfo, TransformView
 
@@ -76,6 +80,76 @@ class Preferences:
     keep_qdq: bool = False
     bakes_weights: bool = False
     fused_ops: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True)
+class SharedContext:
+    """``export_context``'s answer for a subgraph compiled into a blob it shares with other subgraphs of the same
+    provider instance (QNN keeps every graph of a model in one context binary).
+
+    ``blob``: the whole shared blob, the same bytes for every subgraph in it; ``graph``: the name of this subgraph's
+    graph inside the blob, unique in it. The core writes onnxruntime's shared layout: the first of those subgraphs
+    (in execution order) becomes an EPContext node with ``main_context=1`` holding the blob (embedded, or one file
+    beside the model), each other one a node with ``main_context=0`` and no ``ep_cache_context``; every node is named
+    after its ``graph`` and has it as ``partition_name`` (onnxruntime's QNN provider finds a node's graph in the blob
+    by the node's name). ``ExecutionProvider.saved_context`` reads them back."""
+
+    blob: bytes
+    graph: str
+
+
+@dataclass(frozen=True)
+class SavedContext:
+    """A compiled context read back from one EPContext node (``ExecutionProvider.saved_context``).
+
+    ``node``: the node. ``main``: the node holding the blob: ``node`` itself, or for a node with ``main_context=0`` the
+    main node of the same ``source`` it shares the blob of. ``graph``: the name of ``node``'s graph inside the blob:
+    its ``partition_name``, else its node name. ``sdk_version``: the ``ep_sdk_version`` it was saved with ('' when
+    the node has none). ``blob``: the bytes, read from ``main`` on first use (the attribute, or the file beside the
+    model it names); nodes sharing a blob have the same ``main``, so a provider deserializes it once per main node.
+    """
+
+    node: Node
+    main: Node
+    graph: str
+    sdk_version: str = ""
+    model_path: str | None = None
+
+    @functools.cached_property
+    def blob(self) -> bytes:
+        return context_blob(self.main, self.model_path)
+
+
+def _main_context(node: Node) -> int:
+    value = node.attrs.get("main_context", 1)
+    if isinstance(value, bool) or not isinstance(value, int) or value not in (0, 1):
+        raise InvalidGraph(f"{node.label}: main_context must be 0 or 1, got {value!r}")
+    return value
+
+
+def _source(node: Node) -> str:
+    return str(node.attrs.get("source", "")).strip().lower()
+
+
+def _main_node_of(node: Node, graph: Graph) -> Node:
+    """The main EPContext node a ``main_context=0`` node shares the blob of: the only main node of its source in
+    ``graph``, else the nearest one before it (onnxruntime writes the main node first)."""
+    mains, before, seen = [], [], False
+    for n in graph.nodes:
+        if n is node or (node.id >= 0 and n.id == node.id):
+            seen = True
+        elif (n.op_type == CONTEXT_OP and n.domain == CONTEXT_DOMAIN and _source(n) == _source(node)
+              and _main_context(n) == 1):
+            mains.append(n)
+            if not seen:
+                before.append(n)
+    if len(mains) == 1:
+        return mains[0]
+    if before:
+        return before[-1]
+    where = "none" if not mains else f"{len(mains)}, none of them before it"
+    raise InvalidGraph(f"{node.label}: main_context=0, but the model has {where} EPContext node(s) of source "
+                       f"'{node.attrs.get('source', '')}' with main_context=1 holding the context it shares")
 
 
 class UnsupportedSubgraph(Exception):
@@ -176,12 +250,41 @@ class ExecutionProvider:
         gets it set in each call); never modifies its inputs."""
         raise NotImplementedError(f"{type(self).__name__} does not implement compile_subgraph")
 
-    def export_context(self, subgraph: FusedSubgraph) -> bytes | None:
+    def export_context(self, subgraph: FusedSubgraph) -> bytes | SharedContext | None:
         """The compiled artifact of a subgraph this instance compiled, to be saved in an EPContext node
-        (session config ``ep.context_enable``), or None when it has none. A provider that exports contexts
-        also claims its own EPContext nodes (``ort_core.plugins.is_context_node(node, self.name)``) and
-        compiles them from ``context_blob(node, self.session.model_path)`` without compiling again."""
+        (session config ``ep.context_enable``, or ``ModelCompiler``), or None when it has none.
+
+        ``bytes``: a blob holding this subgraph alone, written in its own node (``main_context=1``). A
+        ``SharedContext``: this subgraph's graph inside one blob shared with other subgraphs of this instance,
+        written once, onnxruntime's way (see SharedContext). Each node gets ``ep_sdk_version=self.sdk_version``.
+        A provider that exports contexts also claims its own EPContext nodes (``ort_core.plugins.is_context_node(
+        node, self.name)``) and compiles them from ``self.saved_context(node, subgraph.graph)`` (its blob and graph
+        name) without compiling again."""
         return None
+
+    @property
+    def sdk_version(self) -> str:
+        """The version of the vendor SDK or runtime that builds this instance's compiled contexts, written into each
+        EPContext node's ``ep_sdk_version`` (QNN: its library's build id, as onnxruntime's QNN provider writes it).
+        Default: the plugin's version (``info.version``)."""
+        return self.info.version
+
+    def saved_context(self, node: Node, graph: Graph, strict_version: bool = False) -> SavedContext:
+        """The compiled context of an EPContext ``node`` of ``graph`` (the model's graph: ``subgraph.graph``), with
+        the name of its graph in it; for a ``main_context=0`` node, the blob of the main node it shares.
+
+        ``ep_sdk_version``: onnxruntime's providers differ on a mismatch, so the provider decides. onnxruntime's
+        QNN provider ignores the attribute on load (the QNN runtime itself refuses a context binary it cannot
+        read); its OpenVINO provider refused a node saved by another OpenVINO version. ``strict_version=True``
+        does the latter: an ``InvalidGraph`` naming the node and both versions when the node's differs from
+        ``self.sdk_version``. Raises InvalidGraph for a node whose main node or blob cannot be found."""
+        version = str(node.attrs.get("ep_sdk_version", ""))
+        if strict_version and version and version != self.sdk_version:
+            raise InvalidGraph(f"{node.label}: its context was saved by {node.attrs.get('source', '')} SDK "
+                               f"'{version}', and {self.name} runs '{self.sdk_version}': compile the model again")
+        main = node if _main_context(node) == 1 else _main_node_of(node, graph)
+        name = str(node.attrs.get("partition_name", "")) or node.name
+        return SavedContext(node, main, name, version, self.session.model_path)
 
     # -------------------------------------------------------------------- memory
     def allocator(self, device: Device) -> Allocator:

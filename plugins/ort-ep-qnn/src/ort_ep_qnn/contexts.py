@@ -3,19 +3,21 @@
 A node is QNN's when its ``source`` is ``QNNExecutionProvider`` (this provider) or ``QNN`` (onnxruntime-qnn's
 plugin), case aside, as onnxruntime reads it. A node with ``main_context=1`` holds a serialized QNN context
 (embedded, or in a file beside the model); onnxruntime puts every graph of a model in one context, in the first
-node, and the other nodes (``main_context=0``) name their graph by their node name. ``libQnnSystem`` reads the
-context's graphs and their tensors; the context is deserialized once (``contextCreateFromBinary``), nothing is
-compiled. Writing the nodes is the core's (``ort_core.epcontext``), from ``QNNProvider.export_context``.
+node, and the other nodes (``main_context=0``) name their graph by their node name (this provider writes the same
+layout, through the core, when a session's subgraphs share one context). The core's ``saved_context`` gives each
+node the binary of its main node; ``libQnnSystem`` reads the context's graphs and their tensors; the context is
+deserialized once (``contextCreateFromBinary``), nothing is compiled. Writing the nodes is the core's
+(``ort_core.epcontext``), from ``QNNProvider.export_context``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ort_core.plugins import context_blob
 from ort_core.plugins.context import CONTEXT_DOMAIN, CONTEXT_OP
+from ort_core.plugins.provider import SavedContext
 
 from .runtime import Backend, Context, GraphInfo
 
@@ -41,24 +43,19 @@ def context_reason(node: Any) -> str | None:
 
 @dataclass
 class LoadedContexts:
-    """The contexts of one compile call's EPContext nodes: each main node's binary deserialized once, and
-    which graphs each node runs."""
+    """The contexts of one compile call's EPContext nodes: each main node's binary deserialized once, which graphs
+    each node runs, and the binaries that belong to one node alone (saved again as they are)."""
 
     contexts: list[Context] = field(default_factory=list)
-    blobs: dict[str, bytes] = field(default_factory=dict)  # main node name -> its binary
-    by_node: dict[str, tuple[Context, list[GraphInfo]]] = field(default_factory=dict)
-    by_graph: dict[str, tuple[Context, GraphInfo]] = field(default_factory=dict)
+    by_node: dict[int, tuple[Context, list[GraphInfo]]] = field(default_factory=dict)  # id(node) ->
+    whole: dict[int, bytes] = field(default_factory=dict)  # id(node) -> the binary holding its graphs only
 
     def graphs_of(self, node: Any) -> tuple[Context, list[GraphInfo]]:
-        """The context and graphs ``node`` runs; KeyError naming the node when no loaded context has them."""
-        if node.name in self.by_node:
-            return self.by_node[node.name]
-        for key in (node.name, str(node.attrs.get("partition_name", ""))):
-            if key in self.by_graph:
-                ctx, info = self.by_graph[key]
-                return ctx, [info]
-        raise KeyError(f"{node.label}: no QNN graph named '{node.name}' in the model's main contexts "
-                       f"(graphs: {sorted(self.by_graph)})")
+        """The context and graphs ``node`` runs (KeyError naming the node for a node not loaded here)."""
+        try:
+            return self.by_node[id(node)]
+        except KeyError:
+            raise KeyError(f"{node.label}: its QNN context was not loaded") from None
 
     def close(self) -> None:
         for ctx in self.contexts:
@@ -66,27 +63,37 @@ class LoadedContexts:
         self.contexts.clear()
 
 
-def load_contexts(nodes: Sequence[Any], backend: Backend, soc_model: int, model_path: str | None) -> LoadedContexts:
-    """Deserialize the context of every main EPContext node in ``nodes`` (QnnError, InvalidGraph or KeyError on
-    a binary that cannot be read)."""
+def load_contexts(nodes: Sequence[Any], backend: Backend, soc_model: int,
+                  saved_context: Callable[[Any], SavedContext]) -> LoadedContexts:
+    """Deserialize the binary of every main EPContext node ``nodes`` read (``saved_context(node)``: the core's reader,
+    which finds the main node of a ``main_context=0`` node), once each, and find each node's graphs in it (QnnError,
+    InvalidGraph or KeyError on a binary that cannot be read or a graph it does not hold)."""
     out = LoadedContexts()
     system = backend.system()
+    mains: dict[int, tuple[Context, list[GraphInfo]]] = {}
     try:
         for node in nodes:
-            if int(node.attrs.get("main_context", 1)) != 1:
-                continue
-            blob = context_blob(node, model_path)
-            graphs = system.graphs(blob)
-            ctx = backend.context_from_binary(soc_model, blob)
-            out.contexts.append(ctx)
-            out.blobs[node.name] = blob
-            names = {g.name for g in graphs}
-            if len(graphs) == 1 or node.name not in names:
-                # one graph: the node's, whatever its name (onnxruntime reads it so too); several graphs none of
-                # which has the node's name: stages of this node's subgraph, as this provider saves them
-                out.by_node[node.name] = (ctx, graphs)
-            for g in graphs:
-                out.by_graph.setdefault(g.name, (ctx, g))
+            saved = saved_context(node)
+            if id(saved.main) not in mains:
+                blob = saved.blob
+                graphs = system.graphs(blob)
+                ctx = backend.context_from_binary(soc_model, blob)
+                out.contexts.append(ctx)
+                mains[id(saved.main)] = (ctx, graphs)
+            ctx, graphs = mains[id(saved.main)]
+            named = {g.name: g for g in graphs}
+            # onnxruntime finds a node's graph by the node's name; partition_name names it too
+            graph = named.get(node.name) or named.get(saved.graph)
+            if saved.main is node and (len(graphs) == 1 or graph is None):
+                # one graph: the node's, whatever its name (onnxruntime reads it so too); several graphs none of which
+                # has the node's name: stages of this node's subgraph, as this provider saves them
+                out.by_node[id(node)] = (ctx, graphs)
+                out.whole[id(node)] = saved.blob
+            elif graph is not None:
+                out.by_node[id(node)] = (ctx, [graph])
+            else:
+                raise KeyError(f"{node.label}: no QNN graph named '{saved.graph}' in the context of "
+                               f"{saved.main.label} (graphs: {sorted(named)})")
     except BaseException:
         out.close()
         raise

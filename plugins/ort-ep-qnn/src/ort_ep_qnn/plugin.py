@@ -23,6 +23,7 @@ from ort_core.plugins import (
     provider_hooks,
 )
 from ort_core.plugins.context import ENABLE_KEY
+from ort_core.plugins.provider import SharedContext
 
 from . import __version__
 from . import qnn_api as q
@@ -99,6 +100,9 @@ class QNNProvider(ExecutionProvider):
         self._context: rt.Context | None = None
         self._lock = threading.Lock()
         self._exports: dict[str, rt.Context] = {}  # subgraph name -> its own context (ep.context_enable=1)
+        self._shared: rt.Context | None = None  # one context for every subgraph saved (ep.context_enable=1)
+        self._shared_graphs: dict[str, str] = {}  # subgraph name -> its graph in the shared context
+        self._shared_blob: bytes | None = None
         self._reexports: dict[str, bytes] = {}  # subgraph name -> the binary of the EPContext node it is
         self._loaded: list[LoadedContexts] = []
         self._retired: list[rt.Context] = []
@@ -155,51 +159,90 @@ class QNNProvider(ExecutionProvider):
                 self._context = self.backend.create_context(self.opts.soc_model)
             return self._context
 
+    @property
+    def sdk_version(self) -> str:
+        """The QNN library's build id (e.g. 'v2.51.0.260929181845'), which onnxruntime's QNN provider writes as
+        ``ep_sdk_version`` too. On load the attribute is not compared, as onnxruntime does not: the backend itself
+        refuses a context binary it cannot read, and that error then names both versions."""
+        return self.backend.build_id if self.backend is not None else ""
+
     def compile(self, subgraphs):
-        """Every subgraph of the session becomes a graph of one QNN context; with ``ep.context_enable=1`` each
-        subgraph gets a context of its own, so that each EPContext node written holds a whole context.
-        EPContext nodes of QNN are deserialized, not compiled."""
+        """Every subgraph of the session becomes a graph of one QNN context. With ``ep.context_enable=1``, several
+        subgraphs are built in one context of their own, saved once (onnxruntime's shared layout: one EPContext node
+        with ``main_context=1`` holding it, the others naming their graph in it); a single subgraph, or subgraphs
+        one of which does not finalize as one graph, each get a context of their own, each EPContext node then
+        holding a whole context. EPContext nodes of QNN are deserialized, not compiled."""
         if self.problem:
             raise RuntimeError(self.problem)
         export = self.session.config.get(ENABLE_KEY, "0") == "1"
         context_nodes = [n for sub in subgraphs for n in sub.nodes if is_qnn_context_node(n)]
         loaded = None
         if context_nodes:
+            graph = subgraphs[0].graph
             try:
-                loaded = load_contexts(context_nodes, self.backend, self.opts.soc_model, self.session.model_path)
+                loaded = load_contexts(context_nodes, self.backend, self.opts.soc_model,
+                                       lambda node: self.saved_context(node, graph))
             except (rt.QnnError, KeyError, ValueError) as e:
                 # no other provider can run an EPContext node of QNN: a plain error, which the core reports
                 # naming this plugin (an UnsupportedSubgraph would hand it on with the reason unsaid)
-                raise RuntimeError(f"{NAME}: a QNN EPContext node of the model cannot be loaded: {e}") from None
+                raise RuntimeError(f"{NAME}: a QNN EPContext node of the model cannot be loaded: {e}"
+                                   f"{self._version_note(context_nodes)}") from None
             self._loaded.append(loaded)
-        out = []
-        for sub in subgraphs:
-            values = values_of_subgraph(sub)
-            has_contexts = any(is_qnn_context_node(n) for n in sub.nodes)
-            why = next((w for n in sub.nodes if not is_qnn_context_node(n)
-                        and (w := unsupported_reason(n, values, self.backend, self.opts.soc_model,
-                                                     self.opts.precision))), None)
-            if why is not None:
-                out.append(UnsupportedSubgraph(why))
-                continue
+        fresh = [sub for sub in subgraphs if not any(is_qnn_context_node(n) for n in sub.nodes)]
+        failed: dict[str, set] = {sub.name: set() for sub in subgraphs}
+        if export and len(fresh) > 1:
             try:
+                return [self._compile_one(sub, export, loaded, failed[sub.name], share=True) for sub in subgraphs]
+            except _Unshareable:  # a graph that did not finalize stays in the shared context: one context each
+                with self._lock:
+                    if self._shared is not None:
+                        self._retired.append(self._shared)
+                    self._shared, self._shared_graphs = None, {}
+        return [self._compile_one(sub, export, loaded, failed[sub.name]) for sub in subgraphs]
+
+    def _compile_one(self, sub, export: bool, loaded: LoadedContexts | None, failed: set, share: bool = False):
+        """The kernel of one subgraph, or an UnsupportedSubgraph; ``failed`` keeps the ranges of its nodes that did
+        not finalize as one graph (``build_stages``), so that building it again skips them. ``share``: build it in
+        the shared export context (``_Unshareable`` where it does not finalize there as one graph)."""
+        values = values_of_subgraph(sub)
+        has_contexts = any(is_qnn_context_node(n) for n in sub.nodes)
+        why = next((w for n in sub.nodes if not is_qnn_context_node(n)
+                    and (w := unsupported_reason(n, values, self.backend, self.opts.soc_model,
+                                                 self.opts.precision))), None)
+        if why is not None:
+            return UnsupportedSubgraph(why)
+        shared = share and not has_contexts
+        try:
+            if shared:
+                context = self._shared_context()
+                try:
+                    stages = self._stages(sub, values, context, loaded, failed)
+                except (rt.QnnError, ContextMismatch):
+                    raise _Unshareable() from None
+                if failed or len(stages) > 1:
+                    raise _Unshareable()
+            else:
                 context = self._own_context(sub.name) if export else self._session_context()
-                failed: set = set()
                 stages = self._stages(sub, values, context, loaded, failed)
                 if export and failed:  # graphs that did not finalize stay in it: build again in a fresh one
                     context = self._own_context(sub.name, fresh=True)
                     stages = self._stages(sub, values, context, loaded, failed)
-                constants = {o: values.constant(o) for n in sub.nodes if is_dequantized_constant(n, values)
-                             for o in n.outputs if o in sub.outputs}
-                out.append(CompiledSubgraph(sub.name, stages, sub.inputs, sub.outputs, constants))
-            except (rt.QnnError, ContextMismatch, KeyError) as e:
-                out.append(UnsupportedSubgraph(f"{sub.name}: {e}"))
-                continue
-            if has_contexts and len(sub.nodes) == 1 and sub.nodes[0].name in loaded.by_node:
-                # a node whose binary holds its graphs only: saved again as it is (a binary shared with
-                # main_context=0 nodes stays with its original node, which the core then writes unchanged)
-                self._reexports[sub.name] = loaded.blobs[sub.nodes[0].name]
-        return out
+            constants = {o: values.constant(o) for n in sub.nodes if is_dequantized_constant(n, values)
+                         for o in n.outputs if o in sub.outputs}
+            kernel = CompiledSubgraph(sub.name, stages, sub.inputs, sub.outputs, constants)
+        except (rt.QnnError, ContextMismatch, KeyError) as e:
+            return UnsupportedSubgraph(f"{sub.name}: {e}")
+        if shared and stages:
+            self._shared_graphs[sub.name] = stages[0].graph.name
+        if has_contexts and len(sub.nodes) == 1 and id(sub.nodes[0]) in loaded.whole:
+            # a node whose binary holds its graphs only: saved again as it is (a binary shared with
+            # main_context=0 nodes stays with its original node, which the core then writes unchanged)
+            self._reexports[sub.name] = loaded.whole[id(sub.nodes[0])]
+        return kernel
+
+    def _version_note(self, nodes) -> str:
+        saved = sorted({str(n.attrs.get("ep_sdk_version", "")) for n in nodes} - {"", self.sdk_version})
+        return f" (saved by QNN {', '.join(saved)}; this is QNN {self.sdk_version})" if saved else ""
 
     def _stages(self, sub, values, context: rt.Context, loaded: LoadedContexts | None,
                 failed: set | None = None) -> list[Stage]:
@@ -246,13 +289,28 @@ class QNNProvider(ExecutionProvider):
                 ctx = self._exports[name] = self.backend.create_context(self.opts.soc_model)
             return ctx
 
+    def _shared_context(self) -> rt.Context:
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(f"{NAME}: the provider was closed with its session")
+            if self._shared is None:
+                self._shared = self.backend.create_context(self.opts.soc_model)
+            return self._shared
+
     def export_context(self, subgraph):
-        """The serialized QNN context of a subgraph compiled with ``ep.context_enable=1`` (every graph it was
-        built as), or the binary of the one EPContext node it was loaded from; None otherwise."""
+        """For a subgraph compiled with ``ep.context_enable=1``: its graph in the context shared by the session's
+        subgraphs (a SharedContext, the context serialized once), or the serialized context of its own (every graph
+        it was built as); the binary of the one EPContext node it was loaded from; None otherwise."""
         if subgraph.name in self._reexports:
             return self._reexports[subgraph.name]
         if any(is_qnn_context_node(n) for n in subgraph.nodes):
             return None
+        if subgraph.name in self._shared_graphs:
+            with self._lock:
+                if self._shared_blob is None:
+                    self._shared_blob = self._shared.binary()
+                blob = self._shared_blob
+            return SharedContext(blob, self._shared_graphs[subgraph.name])
         ctx = self._exports.get(subgraph.name)
         return None if ctx is None else ctx.binary()
 
@@ -260,12 +318,19 @@ class QNNProvider(ExecutionProvider):
         with self._lock:
             context, self._context = self._context, None
             exports, self._exports = list(self._exports.values()) + self._retired, {}
+            if self._shared is not None:
+                exports.append(self._shared)
+            self._shared = None
             loaded, self._loaded = self._loaded, []
             super().close()
         for ctx in ([context] if context is not None else []) + exports:
             ctx.close()
         for contexts in loaded:
             contexts.close()
+
+
+class _Unshareable(Exception):
+    """A subgraph does not finalize as one graph in the shared export context (which that leaves unserializable)."""
 
 
 ort_register_providers, ort_create_provider = provider_hooks(_info, QNNProvider)
