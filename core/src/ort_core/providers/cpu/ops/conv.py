@@ -260,11 +260,12 @@ def conv_factory(node, opset):
         return p
 
     def kernel(x, w, b=None):
-        p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape, x.dtype))
+        p = cache.get((x.shape, w.shape))
+        if p is None:
+            p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape, x.dtype))
         out_dtype = x.dtype
-        cdt = _compute_dtype(out_dtype)
-        if cdt != out_dtype:
-            x, w = x.astype(cdt), w.astype(cdt)
+        if out_dtype == np.float16:  # _compute_dtype: float16 GEMMs run in float32
+            x, w = x.astype(np.float32), w.astype(np.float32)
         N, M = x.shape[0], w.shape[0]
         mode = p["mode"]
         if mode == "pointwise":

@@ -120,6 +120,37 @@ LSTM_ORDER = (1, 0, 2, 3)
 together, and i, f lie next to the candidate c and the cell state (see lstm_loop)."""
 
 
+class _LstmSetup:
+    """What lstm_loop derives from a node's weights and activation roles for one direction count and batch
+    size, made once (kept on the RnnWeights, see ``lstm_setup``): a stateful model calling the node once
+    per frame with one time step would otherwise spend more on this than on its arithmetic."""
+
+    def __init__(self, wts: RnnWeights, f, g, h_act, D: int, batch: int):
+        one_dir = D == 1
+        H = wts.hidden
+        self.product, self.r = recurrent_product(wts.r_t, D, batch)
+        peep = self.peep = None if wts.peep is None else (wts.peep[0] if one_dir else wts.peep)
+        self.pio = (None,) * 3 if peep is None else tuple(peep[..., k * H:(k + 1) * H] for k in range(3))
+        # the usual case (sigmoid gates, tanh candidate, no peepholes): one tanh over all four gates, whose
+        # sigmoid inputs arrive halved (RnnWeights), then sigmoid = tanh / 2 + 1/2 on o, i, f at once
+        self.fused = peep is None and all(f.halved) and g.names == ("tanh",) * D
+        self.clips = tuple(wts.clipper(a, b, one_dir) for a, b in ((0, 4), (0, 1), (1, 2), (2, 3), (3, 4)))
+        self.h_into = None if h_act.names == ("tanh",) * D else h_act.into
+        cdt = wts.cdt
+        self.f_, self.g_ = f.inplace(cdt), g.inplace(cdt)
+
+
+def lstm_setup(wts: RnnWeights, f, g, h_act, D: int, batch: int) -> _LstmSetup:
+    key = ("lstm", D, batch)
+    found = wts.setups.get(key)
+    if found is None:
+        found = _LstmSetup(wts, f, g, h_act, D, batch)
+        if len(wts.setups) >= 16:
+            wts.setups.clear()
+        wts.setups[key] = found
+    return found
+
+
 def lstm_loop(run: RnnRun, wts: RnnWeights, f, g, h_act, input_forget: bool, h, c, y):
     """Gates i, o, f, c: i = f(.. + Pi . Ct-1), f = f(.. + Pf . Ct-1) (or 1 - i), c~ = g(..),
     Ct = f . Ct-1 + i . c~, o = f(.. + Po . Ct), Ht = o . h(Ct). Returns the final H and C.
@@ -127,6 +158,7 @@ def lstm_loop(run: RnnRun, wts: RnnWeights, f, g, h_act, input_forget: bool, h, 
     One buffer holds o, i, f, c~ (wts in LSTM_ORDER) and then the cell state: (i, f) . (c~, C) is one
     multiplication, and their sum the new cell state, written in place."""
     D, H = h.shape[0], run.H
+    su = lstm_setup(wts, f, g, h_act, D, run.batch)
     st = _Steps(run, D, y)
     h = st.state(h)
     slots = st.buffer(5 * H)
@@ -134,17 +166,12 @@ def lstm_loop(run: RnnRun, wts: RnnWeights, f, g, h_act, input_forget: bool, h, 
     go, gi, gf, gc, cell = (slots[..., k * H:(k + 1) * H] for k in range(5))
     i_f, cand_cell = slots[..., H:3 * H], slots[..., 3 * H:]
     np.copyto(cell, st.state(c))
-    c_old, tmp = st.buffer(H), st.buffer(H)
-    product, r = recurrent_product(wts.r_t, D, run.batch)
-    peep = None if wts.peep is None else st.state(wts.peep)
-    pi, po, pf = (None,) * 3 if peep is None else (peep[..., k * H:(k + 1) * H] for k in range(3))
-    # the usual case (sigmoid gates, tanh candidate, no peepholes): one tanh over all four gates, whose
-    # sigmoid inputs arrive halved (RnnWeights), then sigmoid = tanh / 2 + 1/2 on o, i, f at once
-    fused = peep is None and all(f.halved) and g.names == ("tanh",) * D
-    clips = [wts.clipper(a, b, st.one_dir) for a, b in ((0, 4), (0, 1), (1, 2), (2, 3), (3, 4))]
-    clip_all, clip_o, clip_i, clip_f, clip_c = clips
-    h_into = None if h_act.names == ("tanh",) * D else h_act.into
-    f_, g_ = f.inplace(st.cdt), g.inplace(st.cdt)
+    tmp = st.buffer(H)
+    c_old = st.buffer(H) if st.full < run.T else None
+    product, r, peep, fused = su.product, su.r, su.peep, su.fused
+    pi, po, pf = su.pio
+    clip_all, clip_o, clip_i, clip_f, clip_c = su.clips
+    h_into, f_, g_ = su.h_into, su.f_, su.g_
     half, one = st.cdt.type(0.5), st.cdt.type(1)
     add, mul, tanh = np.add, np.multiply, np.tanh
     xw, h_out, full = st.xw, st.h_out, st.full

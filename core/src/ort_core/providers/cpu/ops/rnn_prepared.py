@@ -60,6 +60,7 @@ class RnnWeights:
         self.peep = None
         if p is not None:  # i, o, f: the first three gates of LSTM's i, o, f, c
             self.peep = (p.astype(cdt) * scale[:, :3 * H])[:, None, :]  # (D, 1, 3H)
+        self.setups: dict = {}  # what the time loops derive from these weights, per direction count and batch
         self.hi = None
         if clip is not None:
             self.hi = (scale * cdt.type(clip))[:, None, :]  # (D, 1, G*H)
@@ -125,32 +126,34 @@ class RnnRun:
                 raise KernelError(f"{cfg.label}: sequence_lens {lens.tolist()} must hold {nb} lengths in [0, {T}]")
             if (lens != T).any():
                 self.lens = lens
-        steps = np.arange(T)[:, None]
-        self.full = T if self.lens is None else int(self.lens.min(initial=T))
-        self.dead = None if self.lens is None else (steps >= self.lens)[:, None, :, None]
-        # per (step, batch) the time index a reverse direction reads (past a sequence's end: its own)
-        self.rev_idx = None
-        if any(cfg.reverse) and self.lens is not None:
-            self.rev_idx = np.where(steps < self.lens, self.lens - 1 - steps, steps)
+        self.full, self.dead, self.rev_idx = T, None, None
+        if self.lens is not None:
+            steps = np.arange(T)[:, None]
+            self.full = int(self.lens.min(initial=T))
+            self.dead = (steps >= self.lens)[:, None, :, None]
+            # per (step, batch) the time index a reverse direction reads (past a sequence's end: its own)
+            if any(cfg.reverse):
+                self.rev_idx = np.where(steps < self.lens, self.lens - 1 - steps, steps)
         xc = x.astype(self.cdt, copy=False)
         xw = self.xw = np.empty((D, T, nb, GH), dtype=self.cdt)
         for d in range(D):
             src = xc
             if cfg.reverse[d]:
                 src = xc[::-1] if self.rev_idx is None else xc[self.rev_idx, np.arange(nb)[None, :]]
-            np.matmul(np.ascontiguousarray(src).reshape(T * nb, isz), wts.w_t[d], out=xw[d].reshape(T * nb, GH))
+            np.matmul(src.reshape(T * nb, isz), wts.w_t[d], out=xw[d].reshape(T * nb, GH))
         if wts.bias is not None:
             xw += wts.bias[:, None, None, :]
 
     def initial(self, cfg, name: str, value):
-        """An initial state as a new (D, B, H) array in the compute type; zeros when omitted."""
+        """An initial state as a (D, B, H) array in the compute type, zeros when omitted; the given array
+        itself when it has the compute type already (the loops only read it, and outputs() copies)."""
         D, nb, H = cfg.num_dirs, self.batch, self.H
         if value is None:
             return np.zeros((D, nb, H), dtype=self.cdt)
         if value.ndim == 3 and cfg.layout:
             value = value.swapaxes(0, 1)
         check_shape(cfg.label, name, value, (D, nb, H))
-        return value.astype(self.cdt)
+        return value.astype(self.cdt, copy=False)
 
     def y_buffer(self, cfg):
         """Y by step (T, D, B, H) when the node produces Y, else None."""

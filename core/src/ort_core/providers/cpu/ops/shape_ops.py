@@ -447,7 +447,14 @@ _PAD_MODES = {"constant", "reflect", "edge", "wrap"}
 
 
 def _pad(node: Node, x: np.ndarray, pads: list[int], mode: str, value, axes) -> np.ndarray:
-    rank = x.ndim
+    return _pad_apply(_pad_plan(node, x.shape, x.dtype, pads, mode, axes), x, value)
+
+
+def _pad_plan(node: Node, shape, dtype, pads: list[int], mode: str, axes) -> tuple:
+    """What padding an input of ``shape`` takes, worked out once per shape and pads: (crop slices or None,
+    padded shape or None when nothing is padded, the slices of the input in the padded output, and for
+    the modes that copy input values one (axis, positions) gather per padded axis)."""
+    rank = len(shape)
     axes_n = tuple(range(rank)) if axes is None else _axes(node, axes, rank)
     if len(pads) != 2 * len(axes_n):
         raise KernelError(f"{node.label}: pads has {len(pads)} values; expected "
@@ -456,28 +463,46 @@ def _pad(node: Node, x: np.ndarray, pads: list[int], mode: str, value, axes) -> 
     end = [0] * rank
     for i, a in enumerate(axes_n):
         begin[a], end[a] = pads[i], pads[i + len(axes_n)]
+    crop = None
     if any(b < 0 for b in begin) or any(e < 0 for e in end):  # negative pads crop
-        x = x[tuple(slice(-b if b < 0 else 0, x.shape[i] + e if e < 0 else None)
-                    for i, (b, e) in enumerate(zip(begin, end)))]
+        crop = tuple(slice(-b if b < 0 else 0, shape[i] + e if e < 0 else None)
+                     for i, (b, e) in enumerate(zip(begin, end)))
+        shape = tuple(len(range(*sl.indices(d))) for sl, d in zip(crop, shape))
         begin = [max(b, 0) for b in begin]
         end = [max(e, 0) for e in end]
     if not any(begin) and not any(end):
+        return crop, None, (), ()
+    padded = tuple(d + b + e for d, b, e in zip(shape, begin, end))
+    check_tensor_size(node.label, padded, dtype)
+    inner = tuple(slice(b, b + d) for b, d in zip(begin, shape))
+    gathers = ()
+    if mode != "constant":
+        if math.prod(shape) == 0:
+            raise KernelError(f"{node.label}: mode {mode!r} cannot pad an empty input {tuple(shape)}")
+        # one gather per padded axis: np.pad costs ~20 us to set up
+        gathers = tuple((a, _pad_positions(shape[a], b, e, mode)) for a, (b, e) in enumerate(zip(begin, end))
+                        if b or e)
+        for _, pos in gathers:
+            pos.flags.writeable = False  # shared by every run of this shape
+    return crop, padded, inner, gathers
+
+
+def _pad_apply(plan: tuple, x: np.ndarray, value) -> np.ndarray:
+    crop, padded, inner, gathers = plan
+    if crop is not None:
+        x = x[crop]
+    if padded is None:
         return x
-    shape = [d + b + e for d, b, e in zip(x.shape, begin, end)]
-    check_tensor_size(node.label, shape, x.dtype)
-    if mode == "constant":
-        if value is None or (x.dtype.kind != "O" and value == 0):
-            out = np.zeros(shape, dtype=x.dtype)  # calloc: only the copy below touches memory
-        else:
-            out = np.full(shape, value, dtype=x.dtype)
-        out[tuple(slice(b, b + d) for b, d in zip(begin, x.shape))] = x
-        return out
-    if x.size == 0:
-        raise KernelError(f"{node.label}: mode {mode!r} cannot pad an empty input {x.shape}")
-    for a, (b, e) in enumerate(zip(begin, end)):  # one gather per padded axis: np.pad costs ~20 us to set up
-        if b or e:
-            x = np.take(x, _pad_positions(x.shape[a], b, e, mode), axis=a)
-    return x
+    if gathers:
+        for a, pos in gathers:
+            x = x.take(pos, axis=a)
+        return x
+    if value is None or (x.dtype.kind != "O" and value == 0):
+        out = np.zeros(padded, dtype=x.dtype)  # calloc: only the copy below touches memory
+    else:
+        out = np.full(padded, value, dtype=x.dtype)
+    out[inner] = x
+    return out
 
 
 def _pad_positions(n: int, begin: int, end: int, mode: str) -> np.ndarray:
@@ -518,11 +543,16 @@ def _pad_attr(node: Node, opset: int):
 def _pad_input(node: Node, opset: int):
     mode = _pad_mode(node, opset)
 
+    memo = _Memo()
+
     def kernel(x, pads, constant_value=None, axes=None):
         value = None
         if constant_value is not None and constant_value.size:
             value = constant_value.reshape(-1)[0]
-        return (_pad(node, x, _ints(pads), mode, value, None if axes is None else _ints(axes)),)
+        plan = memo.get((x.shape, x.dtype, _key(pads), _key(axes)),
+                        lambda: _pad_plan(node, x.shape, x.dtype, _ints(pads), mode,
+                                          None if axes is None else _ints(axes)))
+        return (_pad_apply(plan, x, value),)
     return kernel
 
 
