@@ -14,7 +14,7 @@ from ....ir.graph import Node
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
 from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, rnn_loop
-from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype
+from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype, sequence_lengths
 
 
 def _sigmoid(x, alpha, beta):
@@ -206,13 +206,7 @@ class RnnSequence:
             folded = bias[:, 0] + bias[:, 1] * fold_bias  # fold_bias masks R biases kept apart
             xw += folded[:, None, None, :]
             self.rb = bias[:, 1]
-        self.lens = None
-        if seq_lens is not None:
-            lens = np.asarray(seq_lens).astype(np.int64).reshape(-1)
-            if lens.shape != (nb,) or lens.min(initial=0) < 0 or lens.max(initial=0) > T:
-                raise KernelError(f"{label}: sequence_lens {lens.tolist()} must hold {nb} lengths in [0, {T}]")
-            if (lens != T).any():
-                self.lens = lens
+        self.lens = sequence_lengths(seq_lens, nb, T, label)
         steps = np.arange(T)[:, None]
         # per (step, batch) the time index each reverse direction reads; steps past a sequence's
         # end keep their own index (they are masked out)

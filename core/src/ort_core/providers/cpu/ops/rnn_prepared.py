@@ -29,6 +29,17 @@ def check_shape(label: str, name: str, arr, shape) -> None:
         raise KernelError(f"{label}: input '{name}' has shape {tuple(arr.shape)}, expected {tuple(shape)}")
 
 
+def sequence_lengths(seq_lens, batch: int, steps: int, label: str):
+    """``sequence_lens`` checked (one length in [0, steps] per batch row) as int64, or None when every
+    sequence runs all the steps (or none was given)."""
+    if seq_lens is None:
+        return None
+    lens = np.asarray(seq_lens).astype(np.int64).reshape(-1)
+    if lens.shape != (batch,) or lens.min(initial=0) < 0 or lens.max(initial=0) > steps:
+        raise KernelError(f"{label}: sequence_lens {lens.tolist()} must hold {batch} lengths in [0, {steps}]")
+    return lens if (lens != steps).any() else None
+
+
 class RnnWeights:
     """W, R, B (and LSTM's P) of one node in the compute type. ``halve`` (directions, gates) marks the
     gates whose activation takes its input halved (rnn.py's in-place sigmoid): their rows of W and R,
@@ -119,13 +130,7 @@ class RnnRun:
         T, nb, isz = x.shape
         D, GH = cfg.num_dirs, wts.w.shape[1]
         self.T, self.batch, self.H, self.dtype, self.cdt = T, nb, wts.hidden, x.dtype, wts.cdt
-        self.lens = None
-        if seq_lens is not None:
-            lens = np.asarray(seq_lens).astype(np.int64).reshape(-1)
-            if lens.shape != (nb,) or lens.min(initial=0) < 0 or lens.max(initial=0) > T:
-                raise KernelError(f"{cfg.label}: sequence_lens {lens.tolist()} must hold {nb} lengths in [0, {T}]")
-            if (lens != T).any():
-                self.lens = lens
+        self.lens = sequence_lengths(seq_lens, nb, T, cfg.label)
         self.full, self.dead, self.rev_idx = T, None, None
         if self.lens is not None:
             steps = np.arange(T)[:, None]
