@@ -108,7 +108,8 @@ def naive(op, x, w, r, b=None, lens=None, h0=None, c0=None, p=None, direction="f
                     o = F[0](cl(gt[H:2 * H] + po * c))
                     h = o * F[2](c)
                 y[t, d, s] = h
-            yh[d, s], yc[d, s] = h, c
+            if L > 0:  # a sequence of length 0 ends with zero states, as in onnxruntime
+                yh[d, s], yc[d, s] = h, c
     return y, yh, yc
 
 

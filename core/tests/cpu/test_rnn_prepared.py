@@ -171,3 +171,32 @@ def test_large_weights_few_batch_rows(op, hidden):
         feeds = {"X": rng.standard_normal((4, batch, isz)).astype(np.float32), "L": np.array(lens, np.int32)}
         assert_same(ours, theirs, feeds, tol=1e-4)
 
+
+
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+@pytest.mark.parametrize("dirs, layout", [(1, 0), (2, 0), (2, 1)])
+def test_sequences_of_length_zero_end_with_zero_states_as_in_onnxruntime(op, dirs, layout):
+    """onnxruntime runs no batch-major layout (layout=1): that case is checked against ort-core's own
+    sequence-major run, transposed."""
+    rng = np.random.default_rng(11)
+    hidden, isz, batch, steps = 3, 2, 3, 4
+    extra = ["L", "H0", "C0"] if op == "LSTM" else ["L", "H0"]
+    model = build(op, dirs, hidden, isz, weights(rng, op, dirs, hidden, isz), False, extra,
+                  {"direction": "bidirectional" if dirs == 2 else "forward", "layout": layout})
+    x = rng.standard_normal((batch, steps, isz) if layout else (steps, batch, isz)).astype(np.float32)
+    state = (batch, dirs, hidden) if layout else (dirs, batch, hidden)
+    feeds = {"X": x, "L": np.array([0, steps, 2], np.int32), "H0": np.ones(state, np.float32)}
+    if op == "LSTM":
+        feeds["C0"] = np.full(state, 2.0, np.float32)
+    ours = ort_core.InferenceSession(model, providers=["CPUExecutionProvider"])
+    if layout:
+        seq_major = build(op, dirs, hidden, isz, weights(np.random.default_rng(11), op, dirs, hidden, isz), False,
+                          extra, {"direction": "bidirectional", "layout": 0})
+        theirs = ort_core.InferenceSession(seq_major, providers=["CPUExecutionProvider"])
+        moved = {k: (v.swapaxes(0, 1) if k != "L" else v) for k, v in feeds.items()}
+        for i, (a, b) in enumerate(zip(ours.run(None, feeds), theirs.run(None, moved))):
+            np.testing.assert_allclose(a, b.transpose(2, 0, 1, 3) if i == 0 else b.swapaxes(0, 1), rtol=1e-6)
+    else:
+        assert_same(ours, ort.InferenceSession(model, providers=["CPUExecutionProvider"]), feeds)
+    final = ours.run(None, feeds)[1]
+    assert not np.any(final[0] if layout else final[:, 0])  # the length-0 row: zeros, not its initial state

@@ -14,7 +14,7 @@ from ....ir.graph import Node
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
 from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, rnn_loop
-from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype, sequence_lengths
+from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype, sequence_lengths, zero_length_states
 
 
 def _sigmoid(x, alpha, beta):
@@ -261,9 +261,10 @@ class RnnSequence:
         res = []
         if y is not None and cfg.layout:
             y = y.transpose(2, 0, 1, 3)
+        finals = [np.array(st, dtype=self.dtype) for st in states]  # new arrays: zeroed below, never shared
+        zero_length_states(finals, self.lens)
         res.append(y)
-        for st in states:
-            res.append(st.swapaxes(0, 1) if cfg.layout else st)
+        res.extend(st.swapaxes(0, 1) if cfg.layout else st for st in finals)
         res = [None if v is None else np.ascontiguousarray(v, dtype=self.dtype) for v in res]
         return tuple(v if i < len(cfg.outputs) and cfg.outputs[i] else None
                      for i, v in enumerate(res))[: len(cfg.outputs)]

@@ -29,6 +29,14 @@ def check_shape(label: str, name: str, arr, shape) -> None:
         raise KernelError(f"{label}: input '{name}' has shape {tuple(arr.shape)}, expected {tuple(shape)}")
 
 
+def zero_length_states(states, lens) -> None:
+    """Final states ([directions, batch, hidden]) of sequences of length 0 become zeros, as onnxruntime
+    returns them (they never ran a step)."""
+    if lens is not None and not lens.all():
+        for st in states:
+            st[:, lens == 0] = 0
+
+
 def sequence_lengths(seq_lens, batch: int, steps: int, label: str):
     """``sequence_lens`` checked (one length in [0, steps] per batch row) as int64, or None when every
     sequence runs all the steps (or none was given)."""
@@ -169,7 +177,9 @@ class RnnRun:
     def outputs(self, cfg, y, states) -> tuple:
         """Y, Y_h[, Y_c] in the node's layout and type (new arrays); None for outputs the node omits."""
         # the states first: one may be a view of Y, which is reordered in place below
-        res = [np.array(st.swapaxes(0, 1) if cfg.layout else st, dtype=self.dtype, order="C") for st in states]
+        res = [np.array(st, dtype=self.dtype, order="C") for st in states]
+        zero_length_states(res, self.lens)
+        res = [np.ascontiguousarray(st.swapaxes(0, 1)) if cfg.layout else st for st in res]
         if y is not None:
             for d in range(cfg.num_dirs):
                 if not cfg.reverse[d]:
