@@ -253,6 +253,17 @@ class PlannedBody:
         except OrtError as e:
             raise type(e)(f"{self.label}: {e}") from e
 
+    def run_bound(self, outer_values: Sequence[Any]) -> list[Any]:
+        """``run(bind(outer_values), ())`` for a body without inputs (If's branches), its frame made once."""
+        check_terminated(self.label)
+        frame = self.plan.template.copy()
+        for s, k in self.outer:
+            frame[s] = outer_values[k]
+        try:
+            return self.plan.walk(frame, self.plan.steps, self.out_slots, None, current().max_tensor_bytes)
+        except OrtError as e:
+            raise type(e)(f"{self.label}: {e}") from e
+
     def output_type(self, k: int):
         return self.graph.outputs[k].type if k < len(self.graph.outputs) else None
 

@@ -200,3 +200,101 @@ def test_sequences_of_length_zero_end_with_zero_states_as_in_onnxruntime(op, dir
         assert_same(ours, ort.InferenceSession(model, providers=["CPUExecutionProvider"]), feeds)
     final = ours.run(None, feeds)[1]
     assert not np.any(final[0] if layout else final[:, 0])  # the length-0 row: zeros, not its initial state
+
+
+def lstm_model(hidden, isz, weights, as_inputs, outs=("Y", "Yh", "Yc"), attrs=None, initial=True):
+    """LSTM X[, initial_h, initial_c] -> the ``outs`` wanted (others omitted: '')."""
+    extra = ["", "H0", "C0"] if initial else []
+    names = ["X", "W", "R", "B", *extra]
+    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)]
+    inits = []
+    for name, value in zip(("W", "R", "B"), weights):
+        if as_inputs:
+            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, value.shape))
+        else:
+            inits.append(numpy_helper.from_array(value, name))
+    graph_inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in extra if n]
+    node_outs = [o if o in outs else "" for o in ("Y", "Yh", "Yc")]
+    while not node_outs[-1]:
+        node_outs.pop()
+    node = helper.make_node("LSTM", names, node_outs, hidden_size=hidden, **dict(attrs or {}))
+    graph = helper.make_graph([node], "g", graph_inputs,
+                              [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model.SerializeToString()
+
+
+@pytest.fixture
+def one_steps(monkeypatch):
+    calls = []
+    real = rnn.lstm_one_step
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(rnn, "lstm_one_step", counted)
+    return calls
+
+
+@pytest.mark.parametrize("as_inputs", [False, True])
+@pytest.mark.parametrize("direction, clip", [("forward", None), ("reverse", None), ("forward", 0.6)])
+def test_lstm_one_time_step_as_one_product(as_inputs, direction, clip, one_steps):
+    """A stateful model's LSTM called with one time step per frame: the one-product path, against
+    onnxruntime on frame after frame (states carried over), a batch of rows, then longer sequences
+    (the time loop) and one step again on the same session."""
+    rng = np.random.default_rng(7)
+    hidden, isz = 16, 5
+    w = weights(rng, "LSTM", 1, hidden, isz)
+    attrs = {"direction": direction, **({"clip": clip} if clip is not None else {})}
+    ours, theirs = sessions(lstm_model(hidden, isz, w, as_inputs, attrs=attrs))
+    fed = dict(zip("WRB", w)) if as_inputs else {}
+    for batch, steps in ((1, 1), (1, 1), (3, 1), (2, 4), (1, 1)):
+        h = rng.standard_normal((1, batch, hidden)).astype(np.float32)
+        c = rng.standard_normal((1, batch, hidden)).astype(np.float32)
+        for _ in range(3):
+            x = rng.standard_normal((steps, batch, isz)).astype(np.float32)
+            feeds = {"X": x, "H0": h, "C0": c, **fed}
+            assert_same(ours, theirs, feeds)
+            _, h, c = ours.run(None, feeds)
+    assert len(one_steps) == 2 * 3 * 4  # two runs per frame, four batches of one step
+    y, yh, yc = ours.run(None, {"X": x[:1], "H0": h, "C0": c, **fed})
+    assert not np.shares_memory(y, yh) and y.flags.writeable and yh.flags.writeable
+
+
+@pytest.mark.parametrize("outs", [("Yh",), ("Y",), ("Yc", "Y"), ("Y", "Yh")])
+def test_lstm_one_time_step_omitted_outputs_and_states(outs, one_steps):
+    rng = np.random.default_rng(8)
+    hidden, isz = 8, 3
+    w = weights(rng, "LSTM", 1, hidden, isz)
+    for initial in (True, False):
+        ours, theirs = sessions(lstm_model(hidden, isz, w, False, outs=outs, initial=initial))
+        for batch in (1, 2):
+            feeds = {"X": rng.standard_normal((1, batch, isz)).astype(np.float32)}
+            if initial:
+                feeds.update(H0=rng.standard_normal((1, batch, hidden)).astype(np.float32),
+                             C0=rng.standard_normal((1, batch, hidden)).astype(np.float32))
+            assert_same(ours, theirs, feeds)
+    assert one_steps
+
+
+def test_lstm_one_time_step_batch_major_layout(one_steps):
+    """layout=1 (onnxruntime runs none): against onnxruntime's layout-0 result, transposed."""
+    rng = np.random.default_rng(9)
+    hidden, isz, batch = 8, 4, 3
+    w = weights(rng, "LSTM", 1, hidden, isz)
+    ours = ort_core.InferenceSession(lstm_model(hidden, isz, w, False, attrs={"layout": 1}),
+                                     providers=["CPUExecutionProvider"])
+    theirs = ort.InferenceSession(lstm_model(hidden, isz, w, False), providers=["CPUExecutionProvider"])
+    for _ in range(2):
+        x = rng.standard_normal((1, batch, isz)).astype(np.float32)
+        h, c = (rng.standard_normal((1, batch, hidden)).astype(np.float32) for _ in range(2))
+        y, yh, yc = ours.run(None, {"X": x.swapaxes(0, 1), "H0": h.swapaxes(0, 1), "C0": c.swapaxes(0, 1)})
+        ry, ryh, ryc = theirs.run(None, {"X": x, "H0": h, "C0": c})
+        np.testing.assert_allclose(y, ry.transpose(2, 0, 1, 3), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(yh, ryh.swapaxes(0, 1), rtol=2e-5, atol=2e-5)
+        np.testing.assert_allclose(yc, ryc.swapaxes(0, 1), rtol=2e-5, atol=2e-5)
+    assert len(one_steps) == 2
+    with pytest.raises(Exception, match="initial_h"):
+        ours.run(None, {"X": x.swapaxes(0, 1), "H0": h, "C0": c.swapaxes(0, 1)})

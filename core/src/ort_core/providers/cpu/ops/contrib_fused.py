@@ -50,6 +50,17 @@ def inplace_activation(label: str, op_type: str, params: dict[str, float]) -> Ac
             y += neg  # y + (alpha - 1) * min(y, 0): alpha * y below zero, y above
             return y
         return leaky
+    if op_type == "Sigmoid":  # as activation.py's: 0.5 + 0.5 tanh(y / 2), here in place
+        def sigmoid(y):
+            half = y.dtype.type(0.5)
+            y *= half
+            np.tanh(y, out=y)
+            y *= half
+            y += half
+            return y
+        return sigmoid
+    if op_type == "Tanh":
+        return lambda y: np.tanh(y, out=y)
     if op_type == "Clip":
         return lambda y: np.clip(y, y.dtype.type(params["min"]), y.dtype.type(params["max"]), out=y)
     if op_type == "ScaledTanh":  # alpha * tanh(beta * y)
@@ -106,8 +117,8 @@ def _base(node: Node, op_type: str) -> Node:
 
 
 @register("FusedConv", since=1, domain=DOMAIN)
-def fused_conv_factory(node, opset):
-    conv = conv_factory(_base(node, "Conv"), 11)
+def fused_conv_factory(node, opset, graph=None):
+    conv = conv_factory(_base(node, "Conv"), 11, graph)
     params = [float(p) for p in (node.attr("activation_params") or [])]
     activate = _checked(node, _CONV_PARAMS, params, required=False)
     label = node.label

@@ -90,7 +90,7 @@ def _if(node: Node, opset: int, bodies):
         # a one-element array (the usual condition) straight to its value; anything else through _scalar
         flag = cond.item() if type(cond) is np.ndarray and cond.size == 1 else _scalar(node, cond, "condition 'cond'")
         body = then_b if flag else else_b
-        return tuple(body.run(body.bind(outer_values), ()))
+        return body.run_bound(outer_values)
     return kernel
 
 

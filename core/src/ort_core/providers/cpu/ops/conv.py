@@ -16,6 +16,7 @@ from numpy.lib.stride_tricks import as_strided
 from ....errors import KernelError
 from ....limits import check_tensor_size
 from ..registry import register
+from .contrib_matmul_nbits import constant_inputs
 from .conv_gather import conv_gather, fits, gather_plan
 
 _AUTO_PADS = ("NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID")
@@ -210,7 +211,7 @@ def crop_view(y_wide, ph):
 # ---------------------------------------------------------------------------------------------
 
 @register("Conv", since=1, until=None)
-def conv_factory(node, opset):
+def conv_factory(node, opset, graph=None):
     auto_pad = read_auto_pad(node)
     group = int(node.attr("group", 1))
     if group < 1:
@@ -222,6 +223,10 @@ def conv_factory(node, opset):
     pads_attr = ints_attr(node, "pads", nsp_attr, 0, 2)
     label = node.label
     cache: dict = {}
+    # W (and B) constant initializers: small convolutions run through a per-input-shape closure holding the
+    # weight matrix and bias made once (fixed_conv); the kernel checks it got those very arrays
+    fixed = _fixed_weights(node, graph, group)
+    fast: dict = {}
 
     def plan(x_shape, w_shape, dtype=np.float32):
         nsp = len(x_shape) - 2
@@ -260,6 +265,13 @@ def conv_factory(node, opset):
         return p
 
     def kernel(x, w, b=None):
+        if fixed is not None and w is fixed[0] and b is fixed[1] and x.dtype == w.dtype:
+            run = fast.get(x.shape)
+            if run is None:
+                run = bounded_cache(fast, x.shape, lambda: fixed_conv(plan(x.shape, w.shape, x.dtype), x.shape, w, b)
+                                    or False)
+            if run is not False:
+                return (run(x),)
         p = cache.get((x.shape, w.shape))
         if p is None:
             p = bounded_cache(cache, (x.shape, w.shape), lambda: plan(x.shape, w.shape, x.dtype))
@@ -290,6 +302,74 @@ def conv_factory(node, opset):
         return (y,)
 
     return kernel
+
+
+def _fixed_weights(node, graph, group: int):
+    """(W, B or None) when both are constant initializers of ``graph`` in float32/float64 and group is 1,
+    else None."""
+    if group != 1 or graph is None:
+        return None
+    consts = constant_inputs(node, graph, (1, 2))
+    if consts is None:
+        return None
+    w, b = consts
+    if not isinstance(w, np.ndarray) or w.dtype not in (np.float32, np.float64) or w.ndim < 3:
+        return None
+    if b is not None and (not isinstance(b, np.ndarray) or b.dtype != w.dtype or b.shape != (w.shape[0],)):
+        return None
+    return w, b
+
+
+def fixed_conv(p: dict, x_shape, w, b):
+    """``x -> Conv(x, w, b)`` for one input shape, the weight matrix made once, or None outside the
+    pointwise and gather plans. A gather is one fancy index and one product: the input, flattened per
+    image, gets two columns appended, a 0 that padded positions read and a 1 that multiplies the bias,
+    which rides as one more column of the weight matrix."""
+    mode = p["mode"]
+    N, C = x_shape[:2]
+    M = w.shape[0]
+    L = math.prod(x_shape[2:])
+    out_shape = (N, M, *p["out_sp"])
+    if mode == "pointwise":
+        if any(s != 1 for s in p["strides"]):
+            return None
+        wm = np.ascontiguousarray(w.reshape(M, C))
+        wm.flags.writeable = False
+        bias = None if b is None else b.reshape(M, 1)
+
+        def pointwise(x):
+            y = np.matmul(wm, x.reshape(N, C, L))
+            if bias is not None:
+                y += bias
+            return y.reshape(out_shape)
+
+        return pointwise
+    if mode != "gather":
+        return None
+    g = p["gather"]
+    T, O = g["taps"], g["outputs"]
+    CL = C * L
+    # padded spatial position -> the input's spatial position, or CL - c * L: channel c's read of the 0 column
+    where = np.full(g["padded"], -1, dtype=np.intp)
+    where[g["inner"]] = np.arange(L, dtype=np.intp).reshape(x_shape[2:])
+    spatial = where.reshape(-1)[g["index"]]  # (T, O)
+    index = np.arange(C, dtype=np.intp)[:, None, None] * L + spatial  # (C, T, O) flat positions
+    index[:, spatial < 0] = CL
+    index = index.reshape(C * T, O)
+    wm = w.reshape(M, C * T)
+    if b is not None:
+        index = np.concatenate((index, np.full((1, O), CL + 1, dtype=np.intp)))
+        wm = np.concatenate((wm, b.reshape(M, 1)), axis=1)
+    wm = np.ascontiguousarray(wm)
+    wm.flags.writeable = False
+    tail = np.zeros((N, 2), dtype=w.dtype)
+    tail[:, 1] = 1
+
+    def gather(x):
+        cols = np.concatenate((x.reshape(N, CL), tail), axis=1)[:, index]  # (N, C * T (+ 1), O)
+        return np.matmul(wm, cols).reshape(out_shape)
+
+    return gather
 
 
 def _crop_wide(y_wide, ph, b, out_dtype):

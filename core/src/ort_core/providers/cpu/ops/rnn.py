@@ -13,7 +13,7 @@ from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
-from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, rnn_loop
+from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, lstm_one_step, rnn_loop
 from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype, sequence_lengths, zero_length_states
 
 
@@ -297,6 +297,7 @@ class _Weights:
                 ok = False
             if ok:
                 self.prepared = self.make(w, r, b, p)
+                self.sources = (w, r, b, p)  # checked here: a run given these very arrays checks X only
 
     def hidden(self, r) -> int:
         cfg = self.cfg
@@ -318,6 +319,11 @@ class _Weights:
         _check_x(label, x)
         if x.ndim != 3:
             raise KernelError(f"{label}: input 'X' must be 3-D, got shape {tuple(x.shape)}")
+        if self.prepared is not None:
+            src = self.sources
+            if (w is src[0] and r is src[1] and b is src[2] and p is src[3] and x.shape[2] == w.shape[2]
+                    and x.dtype == w.dtype):
+                return self.prepared
         self.check(x.shape[2], w, r, b, p)
         if w.dtype != x.dtype or r.dtype != x.dtype:
             raise KernelError(f"{label}: W ({w.dtype}) and R ({r.dtype}) must have X's type {x.dtype}")
@@ -386,9 +392,14 @@ def _lstm(node: Node, opset: int, graph=None):
     input_forget = bool(node.attr("input_forget", 0))
     f, g, h_act = cfg.roles
     weights = _Weights(cfg, node, graph, (f, f, f, g), order=LSTM_ORDER)
+    # one time step of the usual cell runs as one product (rnn_loops.lstm_one_step)
+    plain = (cfg.num_dirs == 1 and not input_forget and all(f.halved) and g.names == ("tanh",)
+             and h_act.names == ("tanh",))
 
     def kernel(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):
         wts = weights(x, w, r, b, p)
+        if plain and seq_lens is None and wts.peep is None and x.shape[cfg.layout] == 1 and x.dtype == wts.cdt:
+            return lstm_one_step(wts, x, h0, c0, cfg.layout, cfg.label, cfg.outputs)
         run = RnnRun(cfg, x, wts, seq_lens)
         y = run.y_buffer(cfg)
         h0, c0 = run.initial(cfg, "initial_h", h0), run.initial(cfg, "initial_c", c0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .rnn_prepared import RnnRun, RnnWeights, recurrent_product
+from .rnn_prepared import RnnRun, RnnWeights, check_shape, recurrent_product
 
 
 class _Steps:
@@ -221,3 +221,49 @@ def lstm_loop(run: RnnRun, wts: RnnWeights, f, g, h_act, input_forget: bool, h, 
             st.keep_dead(s, (hn, cell), (h, c_old))
         h = hn
     return st.result(h), st.result(cell)
+
+
+def lstm_one_step(wts: RnnWeights, x, h0, c0, layout: int, label: str, outputs) -> tuple:
+    """The whole LSTM node for one time step, one direction, sigmoid/tanh/tanh activations, no peepholes,
+    no sequence_lens and X in the compute type (a stateful model called once per frame): one product of
+    [X, H] with [W; R] stacked once per weights, then the fused gate arithmetic of lstm_loop on fresh
+    arrays. Returns Y, Y_h, Y_c as rnn.py's kernel does."""
+    H = wts.hidden
+    nb = x.shape[1 - layout]
+    x2 = x.reshape(nb, x.shape[2])
+    states = []
+    for name, v in (("initial_h", h0), ("initial_c", c0)):
+        if v is None:
+            states.append(np.zeros((nb, H), dtype=wts.cdt))
+            continue
+        check_shape(label, name, v, (nb, 1, H) if layout else (1, nb, H))
+        states.append(v.reshape(nb, H).astype(wts.cdt, copy=False))
+    h, c = states
+    su = wts.setups.get("lstm_one_step")
+    if su is None:  # [W; R] transposed and stacked, the bias and the clip of the direction
+        wr = np.ascontiguousarray(np.concatenate((wts.w_t[0], wts.r_t[0]), axis=0))
+        wr.flags.writeable = False
+        su = wts.setups["lstm_one_step"] = (wr, None if wts.bias is None else wts.bias[0],
+                                            wts.clipper(0, 4, True))
+    wr, bias, clip = su
+    gates = np.matmul(np.concatenate((x2, h), axis=1), wr)
+    if bias is not None:
+        gates += bias
+    if clip is not None:
+        clip(gates)
+    np.tanh(gates, out=gates)
+    half = wts.cdt.type(0.5)
+    sig = gates[:, :3 * H]  # o, i, f (LSTM_ORDER), their inputs halved: sigmoid = tanh / 2 + 1/2
+    sig *= half
+    sig += half
+    go, gi, gf, gc = (gates[:, k * H:(k + 1) * H] for k in range(4))
+    cell = gf * c
+    cell += gi * gc
+    hn = np.tanh(cell)
+    hn *= go
+    shape = (nb, 1, H) if layout else (1, nb, H)
+    y = None
+    if outputs and outputs[0]:
+        y = (hn.copy() if len(outputs) > 1 and outputs[1] else hn).reshape((nb, 1, 1, H) if layout else (1, 1, nb, H))
+    res = (y, hn.reshape(shape), cell.reshape(shape))
+    return tuple(v if i < len(outputs) and outputs[i] else None for i, v in enumerate(res))[: len(outputs)]
