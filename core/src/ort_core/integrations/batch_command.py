@@ -70,8 +70,9 @@ def run(args: argparse.Namespace) -> int:
     input_map = _pairs(args.input_map, "--input-map", "COLUMN=INPUT", columns_first=True)
     output_map = _pairs(args.output_map, "--output-map", "OUTPUT=COLUMN") or None
     kind, files = _input_kind(args.input)
+    graph = _graph(args.model)
     if args.format == "csv":
-        _check_scalar_outputs(args.model, output_map)
+        _check_scalar_outputs(graph, output_map)
     local = args.address is None
     # a local cluster declares one CPU more than this machine lets the process use: actors take the real ones
     # (one session thread each), Ray Data's list, read and write tasks the extra one (else they wait for ever)
@@ -83,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 "set RAY_AUTH_MODE=token here (the token is read from ~/.ray/auth_token or RAY_AUTH_TOKEN)")
         raise ValueError(f"cannot reach the Ray cluster at {args.address}: {e}{hint}") from None
     try:
-        ds, id_column = _read(ray, kind, files, args)
+        ds, id_column = _read(ray, kind, files, graph, args)
         # blocks of at most two batches as they stream: every actor gets work, even from one large file
         ds = ds.repartition(target_num_rows_per_block=2 * max(1, args.batch_size))
         if args.id_column:
@@ -91,7 +92,7 @@ def run(args: argparse.Namespace) -> int:
         log = ort_ray.FailureLog.remote()
         providers = [p.strip() for p in args.providers.split(",") if p.strip()] if args.providers else None
         keep = [c.strip() for c in args.keep_columns.split(",") if c.strip()] if args.keep_columns else None
-        out = ort_ray.map_batches(ds, os.path.abspath(args.model) if local else _model_bytes(args.model),
+        out = ort_ray.map_batches(ds, os.path.abspath(args.model) if local else _model_bytes(args.model, graph),
                                   providers=providers, input_map=input_map or None, output_map=output_map,
                                   keep_columns=keep, id_column=id_column, on_error=args.on_error,
                                   failure_log=log, batch_size=args.batch_size, concurrency=args.concurrency,
@@ -143,11 +144,18 @@ def _one_value_per_row(batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: (v.reshape(len(v)) if v.ndim > 1 and v[0].size == 1 else v) for k, v in batch.items()}
 
 
-def _check_scalar_outputs(model: str, output_map: dict[Any, str] | None) -> None:
-    """CSV holds one value per cell: every output written must have one value per row."""
+def _graph(path: str) -> Any:
+    """The model's graph, read once here for what the command checks before starting the cluster (weights kept
+    in external files are not read)."""
     import onnx
 
-    graph = onnx.load(model, load_external_data=False).graph
+    if not os.path.isfile(path):
+        raise ValueError(f"model file '{path}' does not exist")
+    return onnx.load(path, load_external_data=False).graph
+
+
+def _check_scalar_outputs(graph: Any, output_map: dict[Any, str] | None) -> None:
+    """CSV holds one value per cell: every output written must have one value per row."""
     for value in graph.output:
         if output_map and value.name not in output_map:
             continue
@@ -187,13 +195,13 @@ def _input_kind(path: str) -> tuple[str, list[str]]:
     raise ValueError(f"input '{path}' holds no .parquet, .csv or image ({', '.join(IMAGE_SUFFIXES)}) files")
 
 
-def _read(ray: Any, kind: str, files: list[str], args: argparse.Namespace) -> tuple[Any, str | None]:
+def _read(ray: Any, kind: str, files: list[str], graph: Any, args: argparse.Namespace) -> tuple[Any, str | None]:
     """The dataset, and the column naming its rows (the path, for images)."""
     if kind == "parquet":
         return ray.data.read_parquet(files), None
     if kind == "csv":
         return ray.data.read_csv(files), None
-    layout, size, channels = _image_layout(args.model, args.image_size)
+    layout, size, channels = _image_layout(graph, args.image_size)
     ds = ray.data.read_images(files, size=size, mode="L" if channels == 1 else "RGB", include_paths=True)
     mean = _floats(args.mean, "--mean", channels)
     std = _floats(args.std, "--std", channels)
@@ -220,11 +228,8 @@ class _ImagePrep:
         return {**batch, "image": x}
 
 
-def _image_layout(model: str, size_text: str | None) -> tuple[str, tuple[int, int] | None, int]:
+def _image_layout(graph: Any, size_text: str | None) -> tuple[str, tuple[int, int] | None, int]:
     """(NCHW | NHWC, (height, width) to read at, channels) from the model's first input."""
-    import onnx
-
-    graph = onnx.load(model, load_external_data=False).graph
     weights = {t.name for t in graph.initializer}
     first = next((v for v in graph.input if v.name not in weights), None)
     dims = [d.dim_value if d.HasField("dim_value") else None for d in first.type.tensor_type.shape.dim] if first else []
@@ -258,12 +263,11 @@ def _floats(text: str | None, flag: str, channels: int) -> np.ndarray | None:
     return values
 
 
-def _model_bytes(path: str) -> bytes:
+def _model_bytes(path: str, graph: Any) -> bytes:
     """A model for a remote cluster travels through the object store (its nodes may not see this file)."""
     import onnx
 
-    model = onnx.load(path, load_external_data=False)
-    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in graph.initializer):
         raise ValueError(f"'{path}' keeps weights in external files: on a cluster give a model with its weights "
                          "inside (onnx.save(model, path, save_as_external_data=False)), or run locally")
     with open(path, "rb") as f:

@@ -237,25 +237,19 @@ class QuantOps:
         z_arr, z_mem, z_dt, _ = self._qparam(node, 2, rank, axis, "zero point")
         if z_dt is not None and z_dt != x.mem.md.data_type():
             raise Unsupported("DequantizeLinear zero point of another type than its input")
-        dims = dims_of(x.shape)
         # (x - zero point) * scale: the integers converted to float32 (exact; a reorder, as oneDNN 3.2's jit
         # binary takes no integer source with a float32 result), the difference an exact float32 integer, then
-        # one rounding, as ONNX writes it; a strided layout (channels-last from an int8 Conv) is kept, so what
-        # follows stays channels-last
-        strides = x.mem.md.strides() if x.shape else None
-        src = x.mem if strides is not None else self.as_md(x, P.plain_md(self.lib, dims, x.mem.md.data_type()))
-        f32 = P.strided_md(self.lib, dims, strides, E.DT_F32) if strides is not None else P.plain_md(self.lib, dims)
-        xf = self._new(f32)
-        self._reorder_into(src, xf, f"{node.label} to float32")
+        # one rounding, as ONNX writes it
+        xf = self._as_float32(x, f"{node.label} to float32")
         if z_mem is not None and (z_arr is None or np.any(z_arr)):
             post = P.PostOps()
             idx = post.binary(E.BINARY_MUL, s_mem.md)
-            pd = P.binary(self.lib, E.BINARY_SUB, xf.md, z_mem.md, f32, self._attr(post))
+            pd = P.binary(self.lib, E.BINARY_SUB, xf.md, z_mem.md, xf.md, self._attr(post))
             args = [(E.ARG_SRC_1, z_mem), (E.arg_post_op(idx) | E.ARG_SRC_1, s_mem)]
         else:
-            pd = P.binary(self.lib, E.BINARY_MUL, xf.md, s_mem.md, f32, self._attr())
+            pd = P.binary(self.lib, E.BINARY_MUL, xf.md, s_mem.md, xf.md, self._attr())
             args = [(E.ARG_SRC_1, s_mem)]
-        dst = self._new(f32)
+        dst = self._new(xf.md)
         self._step(pd, [(E.ARG_SRC, xf), (E.ARG_DST, dst), *args], node.label)
         self._set(node.outputs[0], Val(x.shape, dst))
 
@@ -327,13 +321,18 @@ class QuantOps:
         x = self.get(node.inputs[0])
         if x.mem.md.data_type() not in (E.DT_S32, E.DT_U8, E.DT_S8) or node.attr("to") != TensorProto.FLOAT:
             raise Unsupported("Cast other than of an integer value to float32")
+        self._set(node.outputs[0], Val(x.shape, self._as_float32(x, node.label)))
+
+    def _as_float32(self, x: Any, label: str) -> Any:
+        """A new float32 memory holding the integer value ``x`` (a reorder); a strided layout (channels-last
+        from an int8 Conv) is kept, so what follows stays channels-last."""
         dims = dims_of(x.shape)
         strides = x.mem.md.strides() if x.shape else None
         src = x.mem if strides is not None else self.as_md(x, P.plain_md(self.lib, dims, x.mem.md.data_type()))
         f32 = P.strided_md(self.lib, dims, strides, E.DT_F32) if strides is not None else P.plain_md(self.lib, dims)
         dst = self._new(f32)
-        self._reorder_into(src, dst, node.label)
-        self._set(node.outputs[0], Val(x.shape, dst))
+        self._reorder_into(src, dst, label)
+        return dst
 
     # ------------------------------------------------------------------ com.microsoft QOperator ops
 

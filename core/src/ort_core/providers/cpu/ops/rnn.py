@@ -14,7 +14,15 @@ from ....ir.graph import Node
 from ..registry import register
 from .contrib_matmul_nbits import constant_inputs
 from .rnn_loops import LSTM_ORDER, gru_loop, lstm_loop, lstm_one_step, rnn_loop
-from .rnn_prepared import RnnRun, RnnWeights, check_shape, compute_dtype, sequence_lengths, zero_length_states
+from .rnn_prepared import (
+    RnnRun,
+    RnnWeights,
+    check_shape,
+    compute_dtype,
+    initial_state,
+    sequence_lengths,
+    zero_length_states,
+)
 
 
 def _sigmoid(x, alpha, beta):
@@ -224,13 +232,7 @@ class RnnSequence:
 
     def initial(self, cfg: RnnConfig, name: str, value):
         """An initial state as (D, B, H) in the compute type; zeros when omitted."""
-        D, nb, H = cfg.num_dirs, self.batch, self.H
-        if value is None:
-            return np.zeros((D, nb, H), dtype=self.cdt)
-        if value.ndim == 3 and cfg.layout:
-            value = value.swapaxes(0, 1)
-        check_shape(cfg.label, name, value, (D, nb, H))
-        return value.astype(self.cdt)
+        return initial_state(cfg, name, value, (cfg.num_dirs, self.batch, self.H), self.cdt, copy=True)
 
     def run(self, cfg: RnnConfig, step, states):
         """Loop over the time steps: ``step(xw_s, *states) -> new states`` (the first is H). Returns

@@ -29,6 +29,18 @@ def check_shape(label: str, name: str, arr, shape) -> None:
         raise KernelError(f"{label}: input '{name}' has shape {tuple(arr.shape)}, expected {tuple(shape)}")
 
 
+def initial_state(cfg, name: str, value, shape: tuple[int, int, int], cdt, copy: bool):
+    """An initial state (initial_h / initial_c) as a (D, B, H) array of type ``cdt``, zeros when omitted;
+    the node's batch-major layout moved to direction-major. ``copy``: a new array even when the given one
+    has the type already (for drivers that write their states in place)."""
+    if value is None:
+        return np.zeros(shape, dtype=cdt)
+    if value.ndim == 3 and cfg.layout:
+        value = value.swapaxes(0, 1)
+    check_shape(cfg.label, name, value, shape)
+    return value.astype(cdt, copy=copy)
+
+
 def zero_length_states(states, lens) -> None:
     """Final states ([directions, batch, hidden]) of sequences of length 0 become zeros, as onnxruntime
     returns them (they never ran a step)."""
@@ -160,13 +172,7 @@ class RnnRun:
     def initial(self, cfg, name: str, value):
         """An initial state as a (D, B, H) array in the compute type, zeros when omitted; the given array
         itself when it has the compute type already (the loops only read it, and outputs() copies)."""
-        D, nb, H = cfg.num_dirs, self.batch, self.H
-        if value is None:
-            return np.zeros((D, nb, H), dtype=self.cdt)
-        if value.ndim == 3 and cfg.layout:
-            value = value.swapaxes(0, 1)
-        check_shape(cfg.label, name, value, (D, nb, H))
-        return value.astype(self.cdt, copy=False)
+        return initial_state(cfg, name, value, (cfg.num_dirs, self.batch, self.H), self.cdt, copy=False)
 
     def y_buffer(self, cfg):
         """Y by step (T, D, B, H) when the node produces Y, else None."""
