@@ -16,10 +16,8 @@ ort = pytest.importorskip("onnxruntime")
 GATES = {"RNN": 1, "GRU": 3, "LSTM": 4}
 
 
-def build(op, dirs, hidden, isz, weights, as_inputs, extra=(), attrs=None, opset=17):
-    """A one-node model X[, sequence_lens, initial_h, initial_c, P] -> Y, Y_h[, Y_c]; W, R, B are
-    initializers, or graph inputs when ``as_inputs``."""
-    names = ["X", "W", "R", "B", *extra]
+def weight_sources(weights, as_inputs):
+    """(graph inputs, initializers): X, then W, R, B as initializers, or as graph inputs when ``as_inputs``."""
     graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)]
     inits = []
     for name, value in zip(("W", "R", "B"), weights):
@@ -27,6 +25,14 @@ def build(op, dirs, hidden, isz, weights, as_inputs, extra=(), attrs=None, opset
             graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, value.shape))
         else:
             inits.append(numpy_helper.from_array(value, name))
+    return graph_inputs, inits
+
+
+def build(op, dirs, hidden, isz, weights, as_inputs, extra=(), attrs=None, opset=17):
+    """A one-node model X[, sequence_lens, initial_h, initial_c, P] -> Y, Y_h[, Y_c]; W, R, B are
+    initializers, or graph inputs when ``as_inputs``."""
+    names = ["X", "W", "R", "B", *extra]
+    graph_inputs, inits = weight_sources(weights, as_inputs)
     for name in extra:
         if name:
             elem = TensorProto.INT32 if name == "L" else TensorProto.FLOAT
@@ -206,13 +212,7 @@ def lstm_model(hidden, isz, weights, as_inputs, outs=("Y", "Yh", "Yc"), attrs=No
     """LSTM X[, initial_h, initial_c] -> the ``outs`` wanted (others omitted: '')."""
     extra = ["", "H0", "C0"] if initial else []
     names = ["X", "W", "R", "B", *extra]
-    graph_inputs = [helper.make_tensor_value_info("X", TensorProto.FLOAT, None)]
-    inits = []
-    for name, value in zip(("W", "R", "B"), weights):
-        if as_inputs:
-            graph_inputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, value.shape))
-        else:
-            inits.append(numpy_helper.from_array(value, name))
+    graph_inputs, inits = weight_sources(weights, as_inputs)
     graph_inputs += [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in extra if n]
     node_outs = [o if o in outs else "" for o in ("Y", "Yh", "Yc")]
     while not node_outs[-1]:

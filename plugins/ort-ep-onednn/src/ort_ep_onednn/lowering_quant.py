@@ -507,12 +507,8 @@ class QuantOps:
             raise RefOnly()
         src = self.as_md(x, pd.md(E.QUERY_SRC_MD, 0, x.shape), f"{node.op_type} input")
         wts = self.as_md(w_val, pd.md(E.QUERY_WEIGHTS_MD, 0, w_dims), f"{node.op_type} weights")
-        dst = self._new(pd.md(E.QUERY_DST_MD, 0, y_shape))
-        args = [(E.ARG_SRC, src), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst), *zp_args, *extra]
-        if bias_val is not None:
-            args.append((E.ARG_BIAS, bias_val.mem))
-        self._step(pd, args, node.label)
-        self._set(out_name, Val(y_shape, dst))
+        self._int8_step(pd, src, wts, self._new(pd.md(E.QUERY_DST_MD, 0, y_shape)), [*zp_args, *extra], bias_val,
+                        node.label, out_name, y_shape)
 
     def _op_QLinearConv(self, node: Any) -> None:
         ins = list(node.inputs) + [""] * (9 - len(node.inputs))
@@ -589,12 +585,18 @@ class QuantOps:
             raise RefOnly()
         w_val = self._const_val(np.ascontiguousarray(b, np.int8).reshape(b_dims))
         wts = self.as_md(w_val, pd.md(E.QUERY_WEIGHTS_MD, 0, b_dims), f"{node.op_type} weights")
-        dst = self._new(P.plain_md(lib, out_dims, out_dt))
-        args = [(E.ARG_SRC, a_mem), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst), *zp_args, *extra]
+        self._int8_step(pd, a_mem, wts, self._new(P.plain_md(lib, out_dims, out_dt)), [*zp_args, *extra], bias_val,
+                        node.label, out_name, out_dims)
+
+    def _int8_step(self, pd: Any, src: Any, wts: Any, dst: Any, more: list, bias_val: Any, label: str,
+                   out_name: str, shape: Any) -> None:
+        """One int8 convolution / matmul step (source, weights, zero points and post-op arguments, optional
+        bias) whose result becomes ``out_name``."""
+        args = [(E.ARG_SRC, src), (E.ARG_WEIGHTS, wts), (E.ARG_DST, dst), *more]
         if bias_val is not None:
             args.append((E.ARG_BIAS, bias_val.mem))
-        self._step(pd, args, node.label)
-        self._set(out_name, Val(out_dims, dst))
+        self._step(pd, args, label)
+        self._set(out_name, Val(shape, dst))
 
     def _op_QLinearMatMul(self, node: Any) -> None:
         ins = list(node.inputs)
