@@ -31,6 +31,7 @@ BROKEN = "conformance/fixtures/ort-ep-broken"
 PLUGINS = sorted(os.path.dirname(p) for p in glob.glob("plugins/*/pyproject.toml"))
 OPENVINO = "plugins/ort-ep-openvino"
 ONEDNN = "plugins/ort-ep-onednn"
+CUDA = "plugins/ort-ep-cuda"
 REPORTS = "reports"
 WHEELHOUSE = "wheelhouse"
 API_DOCS = "docs/api"
@@ -146,11 +147,18 @@ def bench(session: nox.Session) -> None:
     when available. After `--`: model names or paths (default: the light conv models, a seeded
     ResNet-18, the demo CNN, BERT, GPT-2, an LSTM and a chain of 1,000 Adds) and options such as
     `--quick`, `--runs N`, `--no-openvino`, `--no-onednn` (see bench/bench_latency.py).
+    `-- --gpu [MODEL ...] [--runs N]`: the CUDA provider against onnxruntime-gpu's where it is installed, and
+    both CPU providers (bench/bench_gpu.py; needs an NVIDIA GPU; written to bench/results_gpu.md).
     `-- --ray [--rows N --cpus N ...]`: batch inference on a local Ray cluster instead (bench/bench_ray.py):
     rows/s against one process, for ort-core and onnxruntime in the same adapter, and the adapter against a
     hand-written map_batches loop; written as its own section of bench/results.md.
     """
     args = list(session.posargs)
+    if "--gpu" in args:  # the CUDA provider on a GPU (bench/bench_gpu.py); onnxruntime-gpu as the yardstick
+        args.remove("--gpu")
+        session.install(f"./{CORE}", f"./{CUDA}", "onnxruntime-gpu")
+        session.run("python", "bench/bench_gpu.py", "--markdown", "bench/results_gpu.md", *args)
+        return
     if "--ray" in args:  # batch inference on a local Ray cluster instead (bench/bench_ray.py)
         args.remove("--ray")
         session.install(f"./{CORE}[ray]", "onnxruntime")

@@ -2,7 +2,9 @@
 # Everything of ort-ep-cuda that needs a GPU, in one command, on a computer with an NVIDIA GPU whose Python
 # environment already has ort-core, ort-conformance and NVIDIA's CUDA 13 wheels (nvidia-cuda-runtime,
 # nvidia-cuda-nvrtc, nvidia-cublas, cuda-pathfinder; e.g. brought by torch). Installs this plugin with --no-deps,
-# runs its tests (the GPU ones included), then the conformance suite, and writes REPORT_DIR/gpu_check.md.
+# runs its tests (the GPU ones included), the conformance suite and, from a checkout of the repository, the GPU
+# bench (bench/bench_gpu.py), and writes REPORT_DIR/gpu_check.md.
+# The install needs no network (--no-build-isolation --no-index): setuptools must be in the environment.
 #
 #   plugins/ort-ep-cuda/scripts/gpu_check.sh [REPORT_DIR]        (default: ./gpu-check-report)
 #   PYTHON=/path/to/python plugins/ort-ep-cuda/scripts/gpu_check.sh   to pick the environment
@@ -33,12 +35,12 @@ nvidia-smi --query-gpu=name,driver_version,memory.total,compute_cap --format=csv
   || echo "nvidia-smi failed" >> "$report"
 endstep
 
-step "install (pip install --no-deps $plugin)"
+step "install (pip install --no-deps --no-build-isolation --no-index $plugin)"
 # built from a copy, so that the build leaves nothing in the source tree
 src=$(mktemp -d)
 cp -r "$plugin/pyproject.toml" "$plugin/README.md" "$plugin/src" "$src/"
 rm -rf "$src"/src/*.egg-info
-if ! "$py" -m pip install --no-deps --quiet "$src" >> "$report" 2>&1; then
+if ! "$py" -m pip install --no-deps --no-build-isolation --no-index --quiet "$src" >> "$report" 2>&1; then
   echo "install failed" >> "$report"; endstep; echo "install failed: see $report"; exit 1
 fi
 "$py" -m pip list 2>/dev/null | grep -i -E '^(ort-|nvidia-|cuda-)' >> "$report"
@@ -69,6 +71,14 @@ rc=$?
 tail -n 30 "$out/conformance.txt" >> "$report"
 endstep
 if [ $rc -ne 0 ]; then status=1; echo "- conformance did not certify (exit $rc)" >> "$report"; fi
+
+bench="$plugin/../../bench/bench_gpu.py"
+if [ -f "$bench" ]; then
+  step "GPU bench (python bench/bench_gpu.py --markdown $out/bench_gpu.md)"
+  "$py" "$bench" --markdown "$out/bench_gpu.md" > "$out/bench_gpu.txt" 2>&1 || echo "- the bench failed" >> "$report"
+  cat "$out/bench_gpu.md" >> "$report" 2>/dev/null || tail -n 20 "$out/bench_gpu.txt" >> "$report"
+  endstep
+fi
 
 printf '\n**Result: %s**\n' "$([ $status -eq 0 ] && echo pass || echo FAIL)" >> "$report"
 echo "report: $report"

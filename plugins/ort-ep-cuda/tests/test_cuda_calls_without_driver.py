@@ -11,6 +11,7 @@ from ort_ep_cuda.launch import Executor
 from ort_ep_cuda.memory import cuda_device
 from ort_ep_cuda.nvrtc import KernelCache
 from ort_ep_cuda.stream import CudaStream
+from ort_ep_cuda.trace import Recorder, bases
 
 pytestmark = pytest.mark.skipif(not gpu_reason() or "cudaGetDeviceCount" not in gpu_reason(),
                                 reason="a GPU (or no CUDA library) is here: the calls would not fail")
@@ -39,10 +40,19 @@ def test_stream_creation_names_the_failed_call():
         CudaStream(runtime.runtime(), cuda_device(0))
 
 
+def _issue(executor, rec):
+    """Replay what ``rec`` recorded with every symbolic address resolved as if each value sat at 4096."""
+    trace = executor.finish(rec)
+    table = bases(trace, [4096] * trace.n_inputs, dict.fromkeys(trace.outputs, 4096), 4096)
+    executor.issue(trace, table, _FakeStream(), None)
+
+
 def test_kernel_launch_marshals_its_arguments_and_reports_the_status(executor):
     program = codegen.Program("float32", 2, 2, (("Add", (("in", 0), ("in", 1))),), (0,))
+    rec = Recorder(0, 0, cuda_device(0))
+    executor._launch(runtime.runtime().ffi.NULL, program, [16, 32, 48], (2, 3), [[3, 1], [0, 1]], rec)
     with pytest.raises(runtime.CudaError, match=r"cudaLaunchKernel\(ort_ew_\w+, grid=1, block=32\) " + FAILS):
-        executor._launch(runtime.runtime().ffi.NULL, program, [16, 32, 48], (2, 3), [[3, 1], [0, 1]], _FakeStream())
+        _issue(executor, rec)
 
 
 def test_loading_a_compiled_kernel_reports_the_status(executor):
@@ -55,5 +65,7 @@ def test_cublas_reports_its_status(executor):
     from ort_core.memory import DeviceTensor
 
     t = DeviceTensor(4096, (2, 2), "float32", cuda_device(0))
+    rec = Recorder(0, 0, cuda_device(0))
+    executor._gemm_ex(shapes.gemm_call(2, 2, 2, False, False), t, t, t, 1.0, 0.0, rec, "gemm")
     with pytest.raises(runtime.CudaError, match=r"cublasCreate failed: CUBLAS_STATUS_NOT_INITIALIZED \(1\)"):
-        executor._gemm_ex(shapes.gemm_call(2, 2, 2, False, False), t, t, t, 1.0, 0.0, _FakeStream(), "gemm")
+        _issue(executor, rec)

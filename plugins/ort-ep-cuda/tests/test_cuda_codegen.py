@@ -17,6 +17,7 @@ import ort_core as ort
 
 UNARY = [op for op, o in codegen.OPS.items() if o.arity == 1]
 BINARY = [op for op, o in codegen.OPS.items() if o.arity == 2]
+TERNARY = [op for op, o in codegen.OPS.items() if o.arity == 3]
 
 
 def _single(op: str, dtype: str, rank: int) -> codegen.Program:
@@ -70,7 +71,7 @@ def test_every_emitted_kernel_compiles_to_a_cubin(program, arch):
 
 def test_every_op_is_covered_by_the_compile_test():
     assert {p.steps[0][0] for p in PROGRAMS} == set(codegen.OPS)
-    assert set(UNARY) | set(BINARY) == set(codegen.OPS)
+    assert set(UNARY) | set(BINARY) | set(TERNARY) == set(codegen.OPS)
 
 
 def test_a_source_that_does_not_compile_reports_nvrtcs_log():

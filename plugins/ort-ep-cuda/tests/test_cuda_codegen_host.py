@@ -57,7 +57,7 @@ extern "C" void run_{k}(const void* bytes, unsigned grid, unsigned block) {{
 CASES = []
 for op, spec in codegen.OPS.items():
     for dtype in codegen.DTYPES:
-        shapes = [(2, 3, 4), (3, 1)] if spec.arity == 2 else [(2, 3, 4)]
+        shapes = [[(2, 3, 4)], [(2, 3, 4), (3, 1)], [(2, 3, 4), (3, 1), (4,)]][spec.arity - 1]
         CASES.append((codegen.Program(dtype, 3, spec.arity, ((op, tuple(("in", k) for k in range(spec.arity))),),
                                       (0,)), shapes))
 CASES.append((codegen.Program("float32", 3, 3, (
@@ -94,7 +94,7 @@ def test_generated_source_built_for_the_host_computes_the_reference(host_lib, k)
     program, shapes = CASES[k]
     dtype = np.dtype(program.dtype)
     xs = _inputs(shapes, dtype, k)
-    if program.steps[0][0] in ("Log", "Sqrt"):
+    if program.steps[0][0] in ("Log", "Sqrt", "Pow"):
         xs = [np.abs(x) + dtype.type(0.1) for x in xs]
     out_shape = np.broadcast_shapes(*[x.shape for x in xs])
     index_shape = out_shape or (1,)

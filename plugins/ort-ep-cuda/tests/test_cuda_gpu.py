@@ -135,7 +135,7 @@ def test_an_identity_of_an_input_is_a_separate_output():
 
 
 def test_unsupported_nodes_fall_back_to_the_cpu_between_gpu_nodes():
-    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Softmax", ["e"], ["s"], axis=1),
+    nodes = [helper.make_node("Exp", ["x"], ["e"]), helper.make_node("Softmax", ["e"], ["s"], axis=0),
              helper.make_node("Sqrt", ["s"], ["y"])]
     model = make_model(nodes, [("x", F32, (2, 5))], [("y", F32, (2, 5))])
     gpu = _compare(model, {"x": np.random.default_rng(5).standard_normal((2, 5)).astype(np.float32)}, all_on_gpu=False)
@@ -227,3 +227,99 @@ def test_a_device_id_that_does_not_exist_is_named():
     model = make_model([helper.make_node("Relu", ["x"], ["y"])], [("x", F32, (2,))], [("y", F32, (2,))])
     with pytest.raises(Exception, match="device_id=99: no such GPU"):
         ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"device_id": "99"})])
+
+
+def _mlp_model(batch="n", width=32):
+    rng = np.random.default_rng(8)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
+             helper.make_node("Relu", ["hb"], ["r"]), helper.make_node("Gemm", ["r", "w2", "b2"], ["g"]),
+             helper.make_node("Tanh", ["g"], ["y"])]
+    inits = [("w1", rng.standard_normal((width, width)).astype(np.float32)),
+             ("b1", rng.standard_normal(width).astype(np.float32)),
+             ("w2", rng.standard_normal((width, 8)).astype(np.float32)),
+             ("b2", rng.standard_normal(8).astype(np.float32))]
+    return make_model(nodes, [("x", F32, (batch, width))], [("y", F32, (batch, 8))], inits)
+
+
+@pytest.mark.parametrize("graphs", ["0", "1"])
+def test_repeated_runs_with_new_inputs_and_new_shapes_match_the_cpu_provider(graphs):
+    from ort_ep_cuda.graphs import CudaGraph
+
+    gpu, cpu = _sessions(_mlp_model(), {"use_tf32": "0", "enable_cuda_graph": graphs})
+    rng = np.random.default_rng(9)
+    before = CudaGraph.launches
+    for batch in (2, 2, 2, 5, 5, 2, 5):  # a recorded run (and graph) per input shape, replayed with new values
+        x = rng.standard_normal((batch, 32)).astype(np.float32)
+        np.testing.assert_allclose(gpu.run(None, {"x": x})[0], cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+    # graphs are captured from a signature's second run: batch 2 replays 3 times, batch 5 twice
+    assert CudaGraph.launches - before == (5 if graphs == "1" else 0)
+
+
+def test_concurrent_runs_through_one_cuda_graph_stay_apart():
+    from concurrent.futures import ThreadPoolExecutor
+
+    gpu, cpu = _sessions(_mlp_model(), {"use_tf32": "0", "enable_cuda_graph": "1"})
+    xs = [np.random.default_rng(s).standard_normal((4, 32)).astype(np.float32) for s in range(24)]
+    gpu.run(None, {"x": xs[0]})  # recorded; the graph is captured by the next run
+    with ThreadPoolExecutor(4) as pool:
+        got = list(pool.map(lambda x: gpu.run(None, {"x": x})[0], xs))
+    for g, x in zip(got, xs):
+        np.testing.assert_allclose(g, cpu.run(None, {"x": x})[0], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("elem, rtol", [(F32, 1e-4), (F16, 4e-3)])
+def test_row_kernels_match_the_cpu_provider(elem, rtol):
+    dtype = np.float16 if elem == F16 else np.float32
+    rng = np.random.default_rng(10)
+    shape = (2, 7, 300)  # rows longer than a block: every thread loops
+    nodes = [helper.make_node("Softmax", ["x"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], epsilon=1e-3),
+             helper.make_node("SkipLayerNormalization", ["n", "x", "g", "b", "bias"], ["k"], domain="com.microsoft"),
+             helper.make_node("LayerNormalization", ["k", "g"], ["y"])]
+    inits = [("g", rng.uniform(0.5, 1.5, 300).astype(dtype)), ("b", rng.standard_normal(300).astype(dtype)),
+             ("bias", rng.standard_normal(300).astype(dtype))]
+    # k is an output too: onnx's shape inference does not know com.microsoft ops, so its type is declared
+    model = make_model(nodes, [("x", elem, shape)], [("y", elem, shape), ("s", elem, shape), ("k", elem, shape)],
+                       inits, extra_opsets=[("com.microsoft", 1)])
+    _compare(model, {"x": (rng.standard_normal(shape) * 3).astype(dtype)}, rtol=rtol, atol=rtol)
+
+
+def test_softmax_before_opset_13_flattens_from_its_axis():
+    model = make_model([helper.make_node("Softmax", ["x"], ["y"], axis=1)], [("x", F32, (3, 4, 5))],
+                       [("y", F32, (3, 4, 5))], opset=11)
+    _compare(model, {"x": np.random.default_rng(11).standard_normal((3, 4, 5)).astype(np.float32)})
+
+
+def test_pow_runs_in_the_fused_kernel():
+    nodes = [helper.make_node("Pow", ["x", "three"], ["c"]), helper.make_node("Pow", ["x", "two"], ["q"]),
+             helper.make_node("Add", ["c", "q"], ["y"])]
+    model = make_model(nodes, [("x", F32, (4, 33))], [("y", F32, (4, 33))],
+                       [("three", np.array(3, np.float32)), ("two", np.array(2, np.float32))])
+    _compare(model, {"x": np.random.default_rng(12).standard_normal((4, 33)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_transposes_splits_and_summed_skip_outputs_match_the_cpu_provider(elem):
+    dtype = np.float16 if elem == F16 else np.float32
+    rng = np.random.default_rng(13)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 1, 3]),
+             helper.make_node("Split", ["t", "sizes"], ["a", "b"], axis=3),
+             helper.make_node("Reshape", ["x", "rows"], ["r"]),
+             helper.make_node("Split", ["r"], ["c", "d"], axis=2),
+             helper.make_node("SkipLayerNormalization", ["c", "d", "g"], ["n", "", "", "sum"], domain="com.microsoft")]
+    model = make_model(nodes, [("x", elem, (2, 5, 3, 64))],
+                       [("a", elem, (2, 3, 5, 40)), ("b", elem, (2, 3, 5, 24)), ("n", elem, (2, 15, 32)),
+                        ("sum", elem, (2, 15, 32))],
+                       [("sizes", np.array([40, 24], np.int64)), ("rows", np.array([2, 15, 64], np.int64)),
+                        ("g", rng.standard_normal(32).astype(dtype))],
+                       extra_opsets=[("com.microsoft", 1)])
+    tol = 4e-3 if elem == F16 else 1e-4
+    _compare(model, {"x": rng.standard_normal((2, 5, 3, 64)).astype(dtype)}, rtol=tol, atol=tol)
+
+
+def test_a_causal_mask_where_matches_the_cpu_provider():
+    mask = np.tril(np.ones((1, 1, 9, 9), bool))
+    nodes = [helper.make_node("Where", ["mask", "x", "low"], ["w"]), helper.make_node("Softmax", ["w"], ["y"])]
+    model = make_model(nodes, [("x", F32, (2, 3, 9, 9))], [("y", F32, (2, 3, 9, 9))],
+                       [("mask", mask), ("low", np.array(-3.4e38, np.float32))])
+    _compare(model, {"x": np.random.default_rng(14).standard_normal((2, 3, 9, 9)).astype(np.float32)})

@@ -18,14 +18,16 @@ def rt() -> runtime.Runtime:
 def test_declared_function_lists_name_every_prototype():
     assert api.CUDART_FUNCTIONS[:3] == ("cudaGetErrorName", "cudaGetErrorString", "cudaGetLastError")
     assert "cudaLaunchKernel" in api.CUDART_FUNCTIONS and "cudaLibraryLoadData" in api.CUDART_FUNCTIONS
-    assert len(api.CUDART_FUNCTIONS) == len(set(api.CUDART_FUNCTIONS)) == 36
+    assert len(api.CUDART_FUNCTIONS) == len(set(api.CUDART_FUNCTIONS)) == 42
+    assert api.CUDART_FUNCTIONS[-6:] == ("cudaStreamBeginCapture", "cudaStreamEndCapture", "cudaGraphInstantiate",
+                                         "cudaGraphLaunch", "cudaGraphExecDestroy", "cudaGraphDestroy")
     assert api.NVRTC_FUNCTIONS == ("nvrtcGetErrorString", "nvrtcVersion", "nvrtcGetNumSupportedArchs",
                                    "nvrtcGetSupportedArchs", "nvrtcCreateProgram", "nvrtcDestroyProgram",
                                    "nvrtcCompileProgram", "nvrtcGetProgramLogSize", "nvrtcGetProgramLog",
                                    "nvrtcGetCUBINSize", "nvrtcGetCUBIN")
     assert api.CUBLAS_FUNCTIONS == ("cublasGetStatusName", "cublasGetStatusString", "cublasCreate_v2",
                                     "cublasDestroy_v2", "cublasSetStream_v2", "cublasSetMathMode",
-                                    "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx")
+                                    "cublasSetWorkspace_v2", "cublasSgemmStridedBatched", "cublasGemmStridedBatchedEx")
 
 
 @pytest.mark.parametrize("short, functions", [("cudart", api.CUDART_FUNCTIONS), ("nvrtc", api.NVRTC_FUNCTIONS),

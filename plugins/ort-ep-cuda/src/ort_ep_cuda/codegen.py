@@ -52,6 +52,7 @@ OPS: dict[str, Op] = {
     "Sub": Op(2, "({0} - {1})", np.subtract),
     "Mul": Op(2, "({0} * {1})", np.multiply),
     "Div": Op(2, "({0} / {1})", np.divide),
+    "Pow": Op(2, "powf({0}, {1})", np.power),
     "Relu": Op(1, "({0} < 0.0f ? 0.0f : {0})", _relu),
     "Sigmoid": Op(1, "(1.0f / (1.0f + expf(-{0})))", _sigmoid),
     "Tanh": Op(1, "tanhf({0})", np.tanh),
@@ -62,6 +63,7 @@ OPS: dict[str, Op] = {
     "Abs": Op(1, "fabsf({0})", np.absolute),
     "Erf": Op(1, "erff({0})", _erf),
     "Gelu": Op(1, f"(0.5f * {{0}} * (1.0f + erff({{0}} * {SQRT1_2!r}f)))", _gelu),
+    "Where": Op(3, "({0} != 0.0f ? {1} : {2})", lambda c, x, y: np.where(c != 0, x, y)),  # condition as 0/1
     "Identity": Op(1, "{0}", lambda x: x),  # used to broadcast a value into a buffer (Gemm's C)
 }
 """Every op the generator emits. ``Gelu`` is com.microsoft's (the erf form)."""
@@ -105,6 +107,9 @@ class Program:
         text = repr((self.dtype, self.rank, self.n_inputs, self.steps, self.outputs))
         return "ort_ew_" + hashlib.sha256(text.encode()).hexdigest()[:16]
 
+    def cuda(self) -> str:
+        return source(self)
+
 
 _PRELUDE = r"""
 __device__ __forceinline__ float ort_h2f(unsigned short h) {
@@ -117,36 +122,54 @@ __device__ __forceinline__ unsigned short ort_f2h(float f) {
 
 
 def source(program: Program) -> str:
-    """The CUDA C++ of ``program``: one ``extern "C"`` kernel taking one parameter struct (``pack_params``)."""
+    """The CUDA C++ of ``program``: one ``extern "C"`` kernel taking one parameter struct (``pack_params``).
+
+    The index arithmetic (a division and a remainder per dimension) runs in 32 bits when the index space has
+    fewer than 2**31 elements, which is several times cheaper on a GPU than 64-bit division; element offsets
+    are 64-bit either way."""
     p = program
     half = p.dtype == "float16"
-    ctype = DTYPES[p.dtype]
-    used = sorted({k for _, ops in p.steps for kind, k in ops if kind == "in"})
     n_ptr = p.n_inputs + len(p.outputs)
     lines = [_PRELUDE if half else "",
              f"struct Params {{ unsigned long long ptr[{n_ptr}]; long long n; long long shape[{p.rank}]; "
              f"long long st[{max(p.n_inputs, 1)}][{p.rank}]; }};",
              f'extern "C" __global__ void {p.name}(const Params p) {{',
-             "  const long long step = (long long)gridDim.x * blockDim.x;",
-             "  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {",
-             "    long long rem = i;"]
-    lines += [f"    long long o{k} = 0;" for k in used]
+             "  if (p.n < 2147483648LL) {",
+             "    const unsigned int n = (unsigned int)p.n, step = gridDim.x * blockDim.x;",
+             "    for (unsigned int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += step) {",
+             *_body(p, "unsigned int", half),
+             "    }",
+             "  } else {",
+             "    const long long step = (long long)gridDim.x * blockDim.x;",
+             "    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < p.n; i += step) {",
+             *_body(p, "long long", half),
+             "    }",
+             "  }",
+             "}", ""]
+    return "\n".join(lines)
+
+
+def _body(p: Program, index: str, half: bool) -> list[str]:
+    """One element's work at index ``i`` (of C type ``index``): offsets, loads, the ops, the stores."""
+    ctype = DTYPES[p.dtype]
+    used = sorted({k for _, ops in p.steps for kind, k in ops if kind == "in"})
+    lines = [f"      {index} rem = i;"]
+    lines += [f"      long long o{k} = 0;" for k in used]
     for d in reversed(range(p.rank)):
-        lines.append(f"    {{ const long long c = rem % p.shape[{d}]; rem /= p.shape[{d}];"
-                     + "".join(f" o{k} += c * p.st[{k}][{d}];" for k in used) + " }")
+        lines.append(f"      {{ const {index} c = rem % ({index})p.shape[{d}]; rem /= ({index})p.shape[{d}];"
+                     + "".join(f" o{k} += (long long)c * p.st[{k}][{d}];" for k in used) + " }")
     for k in used:
         load = f"((const {ctype}*)p.ptr[{k}])[o{k}]"
-        lines.append(f"    const float x{k} = {'ort_h2f(' + load + ')' if half else load};")
+        lines.append(f"      const float x{k} = {'ort_h2f(' + load + ')' if half else load};")
     for j, (op, operands) in enumerate(p.steps):
         args = [f"x{k}" if kind == "in" else f"t{k}" for kind, k in operands]
         expr = OPS[op].cuda.format(*args)
         # float16: every op rounds its result, as the same ops run one by one would
-        lines.append(f"    const float t{j} = {'ort_h2f(ort_f2h(' + expr + '))' if half else expr};")
+        lines.append(f"      const float t{j} = {'ort_h2f(ort_f2h(' + expr + '))' if half else expr};")
     for slot, j in enumerate(p.outputs):
         value = f"ort_f2h(t{j})" if half else f"t{j}"
-        lines.append(f"    (({ctype}*)p.ptr[{p.n_inputs + slot}])[i] = {value};")
-    lines += ["  }", "}", ""]
-    return "\n".join(lines)
+        lines.append(f"      (({ctype}*)p.ptr[{p.n_inputs + slot}])[i] = {value};")
+    return lines
 
 
 def broadcast_strides(shape: Sequence[int], strides: Sequence[int] | None, itemsize: int,

@@ -16,6 +16,8 @@ typedef void* cudaEvent_t;
 typedef void* cudaMemPool_t;
 typedef void* cudaLibrary_t;
 typedef void* cudaKernel_t;
+typedef void* cudaGraph_t;
+typedef void* cudaGraphExec_t;
 typedef struct { unsigned int x; unsigned int y; unsigned int z; } dim3;
 
 const char* cudaGetErrorName(cudaError_t error);
@@ -60,6 +62,13 @@ cudaError_t cudaLibraryGetKernel(cudaKernel_t* pKernel, cudaLibrary_t library, c
 cudaError_t cudaLibraryUnload(cudaLibrary_t library);
 cudaError_t cudaLaunchKernel(const void* func, dim3 gridDim, dim3 blockDim, void** args, size_t sharedMem,
                              cudaStream_t stream);
+
+cudaError_t cudaStreamBeginCapture(cudaStream_t stream, int mode);
+cudaError_t cudaStreamEndCapture(cudaStream_t stream, cudaGraph_t* pGraph);
+cudaError_t cudaGraphInstantiate(cudaGraphExec_t* pGraphExec, cudaGraph_t graph, unsigned long long flags);
+cudaError_t cudaGraphLaunch(cudaGraphExec_t graphExec, cudaStream_t stream);
+cudaError_t cudaGraphExecDestroy(cudaGraphExec_t graphExec);
+cudaError_t cudaGraphDestroy(cudaGraph_t graph);
 """
 
 NVRTC_CDEF = """
@@ -90,6 +99,7 @@ cublasStatus_t cublasCreate_v2(cublasHandle_t* handle);
 cublasStatus_t cublasDestroy_v2(cublasHandle_t handle);
 cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, void* streamId);
 cublasStatus_t cublasSetMathMode(cublasHandle_t handle, int mode);
+cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void* workspace, size_t workspaceSizeInBytes);
 cublasStatus_t cublasSgemmStridedBatched(cublasHandle_t handle, int transa, int transb, int m, int n, int k,
                                          const float* alpha, const float* A, int lda, long long strideA,
                                          const float* B, int ldb, long long strideB, const float* beta,
@@ -135,6 +145,7 @@ MEMCPY_DEFAULT = 4  # cudaMemcpyDefault: direction inferred from unified virtual
 STREAM_NON_BLOCKING = 1  # cudaStreamNonBlocking: no implicit order with the legacy default stream
 EVENT_DEFAULT = 0  # cudaEventDefault: timing enabled (elapsed_ns)
 MEMPOOL_ATTR_RELEASE_THRESHOLD = 4  # cudaMemPoolAttrReleaseThreshold (cuuint64_t)
+CAPTURE_MODE_THREAD_LOCAL = 1  # cudaStreamCaptureModeThreadLocal: only this thread's unsafe calls are refused
 
 # cuBLAS
 CUBLAS_OP_N, CUBLAS_OP_T = 0, 1

@@ -2,12 +2,18 @@
 
 ``Executor`` belongs to one provider instance: it compiles (NVRTC, through the on-disk cache) and loads the
 plans' kernels at session creation, uploads the constants they read once, and makes the ContextKernel that
-enqueues a plan's steps on ``ctx.stream``. Written for a GPU: nothing here runs without one.
+runs a plan. A run records the plan's device work once per input signature (``trace``: every shape, stride
+and cuBLAS argument computed then) and afterwards only resolves addresses and enqueues the recorded commands on
+``ctx.stream``, or replays them as a CUDA graph (``graphs``, with ``enable_cuda_graph``). Written for a GPU:
+recording runs anywhere, nothing else here runs without one.
 """
 
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -15,26 +21,102 @@ import numpy as np
 from ort_core.memory import DeviceTensor
 from ort_core.plugins import ContextKernel, KernelContext, UnsupportedSubgraph
 
-from . import codegen, shapes
+from . import codegen, rowops, shapes
 from . import cuda_api as api
-from .kernels import Elementwise, Gemm, MatMul, Plan, View
+from .graphs import CudaGraph, NotCapturable
+from .kernels import Copy, Elementwise, Gemm, MatMul, Plan, Row, View
 from .memory import CudaAllocator, CudaDataTransfer, cuda_device
 from .nvrtc import KernelCache
 from .runtime import DeviceInfo, Runtime
 from .stream import CudaStream
+from .trace import Alias, Launch, Memcpy, Memset, Recorder, Trace, bases, check_real, resolve, tag_of
+from .trace import Gemm as GemmCommand
+
+BLAS_WORKSPACE = 32 << 20  # cuBLAS's recommendation for Hopper; less suffices on older GPUs
+MAX_SIGNATURES = 16  # recorded runs (and CUDA graphs) kept per compiled subgraph, least recently used dropped
+
+
+@dataclass
+class NativeLaunch:
+    """A recorded launch's cffi objects, made once: the parameter words (address slots rewritten per run),
+    the argument array pointing at them, grid and block, and the slots' symbolic addresses."""
+
+    params: Any
+    args: Any
+    grid: Any
+    block: Any
+    addresses: tuple[int, ...]
+
+
+class Compiled:
+    """One compiled subgraph: its plan, loaded kernels, constants on the GPU, and per input signature the
+    recorded run and (with ``enable_cuda_graph``) its CUDA graph."""
+
+    def __init__(self, plan: Plan, kernels: dict[str, Any], constants: dict[str, DeviceTensor]) -> None:
+        self.plan, self.kernels, self.constants = plan, kernels, constants
+        self._traces: OrderedDict[Any, Trace] = OrderedDict()
+        self._graphs: OrderedDict[Any, CudaGraph | None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def trace(self, key: Any, record: Callable[[], Trace]) -> Trace:
+        with self._lock:
+            trace = self._traces.get(key)
+            if trace is not None:
+                self._traces.move_to_end(key)
+                return trace
+        trace = record()  # outside the lock: recording computes, it enqueues nothing
+        with self._lock:
+            self._traces[key] = trace
+            while len(self._traces) > MAX_SIGNATURES:
+                self._traces.popitem(last=False)
+        return trace
+
+    def graph(self, key: Any, trace: Trace, capture: Callable[[], CudaGraph]) -> CudaGraph | None:
+        """The signature's CUDA graph, captured on first need; None when it cannot be (said once, in a
+        warning naming the reason), then that signature runs its commands one by one."""
+        with self._lock:
+            if key in self._graphs:
+                self._graphs.move_to_end(key)
+                return self._graphs[key]
+        try:
+            graph = capture()
+        except NotCapturable as e:
+            import warnings
+
+            warnings.warn(f"CUDAExecutionProvider: enable_cuda_graph=1 but {e}; this subgraph runs without a "
+                          "CUDA graph for these input shapes", stacklevel=2)
+            graph = None
+        with self._lock:
+            self._graphs[key] = graph
+            while len(self._graphs) > MAX_SIGNATURES:
+                _, dropped = self._graphs.popitem(last=False)
+                if dropped is not None:
+                    dropped.close()
+        return graph
+
+    def close(self) -> None:
+        with self._lock:
+            graphs, self._graphs = list(self._graphs.values()), OrderedDict()
+            self._traces.clear()
+        for g in graphs:
+            if g is not None:
+                g.close()
 
 
 class Executor:
     """One provider instance's GPU side: loaded kernels (by program name), the cuBLAS handle, constants."""
 
     def __init__(self, rt: Runtime, info: DeviceInfo, allocator: CudaAllocator, transfer: CudaDataTransfer,
-                 cache: KernelCache, use_tf32: bool) -> None:
+                 cache: KernelCache, use_tf32: bool, use_graphs: bool = False) -> None:
         self.rt, self.info, self.allocator, self.transfer, self.cache = rt, info, allocator, transfer, cache
-        self.use_tf32 = use_tf32
+        self.use_tf32, self.use_graphs = use_tf32, use_graphs
         self.device = cuda_device(info.id)
         self._kernels: dict[str, Any] = {}
         self._libraries: list[Any] = []
+        self._compiled: list[Compiled] = []
         self._blas = None
+        self._blas_stream: CudaStream | None = None
+        self._blas_workspace: Any = None
         self._blas_lock = threading.Lock()
         self._lock = threading.Lock()
 
@@ -47,14 +129,14 @@ class Executor:
                                       f"{', '.join(f'sm_{a}' for a in archs)}); install a newer nvidia-cuda-nvrtc")
         return self.info.arch
 
-    def kernel(self, program: codegen.Program) -> Any:
+    def kernel(self, program: codegen.Program | rowops.RowProgram) -> Any:
         """The loaded kernel of ``program`` (compiled or read from the cache, then loaded once)."""
         with self._lock:
             handle = self._kernels.get(program.name)
             if handle is not None:
                 return handle
             rt, ffi = self.rt, self.rt.ffi
-            cubin = self.cache.cubin(codegen.source(program), program.name, self.arch())
+            cubin = self.cache.cubin(program.cuda(), program.name, self.arch())
             rt.set_device(self.device.id)
             lib = ffi.new("cudaLibrary_t *")
             code = ffi.from_buffer(cubin)
@@ -72,33 +154,103 @@ class Executor:
         on_device = {}
         for name in plan.device_constants:  # in this session's allocator: they count against gpu_mem_limit
             value = np.asarray(constants[name])
+            if name in plan.casts:
+                value = value.astype(plan.casts[name])
             on_device[name] = DeviceTensor.empty(self.allocator, value.shape, value.dtype)
+            check_real(on_device[name].ptr, f"constant '{name}'")
             self.transfer.copy_into(value, on_device[name], None)  # complete on return
-        return ContextKernel(lambda ctx: self._run(plan, kernels, on_device, ctx), views=dict(plan.views))
+        compiled = Compiled(plan, kernels, on_device)
+        with self._lock:
+            self._compiled.append(compiled)
+        return ContextKernel(lambda ctx: self._run(compiled, ctx), views=dict(plan.views))
 
     def close(self) -> None:
         with self._lock:
             libraries, self._libraries, self._kernels = self._libraries, [], {}
+            compiled, self._compiled = self._compiled, []
             blas, self._blas = self._blas, None
+            self._blas_workspace = self._blas_stream = None
+        for c in compiled:
+            c.close()
         if blas is not None:
             self.rt.cublas.cublasDestroy_v2(blas)
         for lib in libraries:
             self.rt.cudart.cudaLibraryUnload(lib)
 
     # --------------------------------------------------------------------------------------- run
-    def _run(self, plan: Plan, kernels: dict, constants: dict, ctx: KernelContext) -> None:
+    def _run(self, compiled: Compiled, ctx: KernelContext) -> None:
         stream = ctx.stream
         if not isinstance(stream, CudaStream):
             raise TypeError(f"expected the run's CUDA stream, got {type(stream).__name__}")
+        plan = compiled.plan
         if len(ctx.inputs) != len(plan.inputs):
             raise ValueError(f"expected {len(plan.inputs)} inputs {plan.inputs}, got {len(ctx.inputs)}")
-        self.rt.set_device(self.device.id)
-        env: dict[str, Any] = dict(constants)
         for name, value in zip(plan.inputs, ctx.inputs):
             if not isinstance(value, DeviceTensor) or value.device != self.device:
                 where = value.device if isinstance(value, DeviceTensor) else "the host"
                 raise TypeError(f"input '{name}' is on {where}, expected {self.device}")
-            env[name] = value
+        key = (tuple((x.shape, x.dtype, x.strides) for x in ctx.inputs), tuple(ctx.may_view(k) for k in plan.views))
+        trace = compiled.trace(key, lambda: self._record(compiled, ctx))
+        self.rt.set_device(self.device.id)
+        if self.use_graphs and trace.runs:
+            graph = compiled.graph(key, trace, lambda: CudaGraph(self, trace, ctx, stream))
+            if graph is not None:
+                trace.runs += 1
+                graph.run(ctx, stream)
+                return
+        trace.runs += 1
+        self._replay(trace, ctx, stream)
+
+    def _replay(self, trace: Trace, ctx: KernelContext, stream: CudaStream) -> None:
+        outs = {k: ctx.output(k, shape, dtype) for k, (shape, dtype) in trace.outputs.items()}
+        block = self.allocator.allocate(trace.workspace, stream) if trace.workspace else None
+        table = bases(trace, [x.ptr for x in ctx.inputs], {k: o.ptr for k, o in outs.items()},
+                      block.address if block is not None else 0)
+        self.issue(trace, table, stream, ctx)
+        stream.keep(*ctx.inputs, *outs.values())
+        if block is not None:
+            self.allocator.free(block, stream)  # back to the pool once the work queued before it is done
+
+    def issue(self, trace: Trace, table: list[int], stream: CudaStream, ctx: KernelContext | None) -> None:
+        """Enqueue ``trace``'s commands on ``stream`` with the tags resolved through ``table``."""
+        rt, ffi = self.rt, self.rt.ffi
+        cudart, handle = rt.cudart, stream.handle
+        with trace.lock:
+            for c in trace.commands:
+                kind = type(c)
+                if kind is Launch:
+                    native = c.native
+                    params = native.params
+                    for slot, address in zip(c.slots, native.addresses):
+                        params[slot] = resolve(table, address)
+                    status = cudart.cudaLaunchKernel(c.kernel, native.grid[0], native.block[0], native.args, 0, handle)
+                    if status:
+                        rt.check_cuda(f"cudaLaunchKernel({c.label}, grid={c.grid}, block={c.block})", status)
+                elif kind is GemmCommand:
+                    args = list(c.args)
+                    for i in GemmCommand.ADDRESSES:
+                        args[i] = ffi.cast("void *", resolve(table, args[i]))
+                    self._blas_call(c.label, args, stream)
+                elif kind is Memset:
+                    rt.check_cuda("cudaMemsetAsync", cudart.cudaMemsetAsync(
+                        ffi.cast("void *", resolve(table, c.address)), 0, c.nbytes, handle))
+                elif kind is Memcpy:
+                    rt.check_cuda(f"cudaMemcpyAsync({c.nbytes} bytes, device -> device)", cudart.cudaMemcpyAsync(
+                        ffi.cast("void *", resolve(table, c.dst)), ffi.cast("void *", resolve(table, c.src)),
+                        c.nbytes, api.MEMCPY_DEFAULT, handle))
+                else:  # Alias: an output handed out as a view of an input
+                    source = ctx.inputs[tag_of(c.address) - 1]
+                    ctx.outputs[c.index] = DeviceTensor(resolve(table, c.address), c.shape, c.dtype, self.device,
+                                                        owner=source.owner or source, strides=c.strides)
+
+    # ------------------------------------------------------------------------------------ record
+    def _record(self, compiled: Compiled, ctx: KernelContext) -> Trace:
+        """Walk the plan with symbolic tensors (``trace``): every shape and argument is computed here, once."""
+        plan = compiled.plan
+        rec = Recorder(len(plan.inputs), len(plan.outputs), self.device)
+        env: dict[str, Any] = dict(compiled.constants)
+        for k, (name, value) in enumerate(zip(plan.inputs, ctx.inputs)):
+            env[name] = rec.input(k, value)
         out_index = {name: k for k, name in enumerate(plan.outputs)}
         written: set[str] = set()
 
@@ -106,18 +258,20 @@ class Executor:
             k = out_index.get(name)
             if k is not None and k not in plan.views:
                 written.add(name)
-                return ctx.output(k, shape, dtype)
-            t = DeviceTensor.empty(self.allocator, shape, dtype)
-            stream.keep(t)
-            return t
+                return rec.output(k, shape, dtype)
+            return rec.scratch(shape, dtype)
 
         for step in plan.steps:
             if isinstance(step, Elementwise):
-                self._elementwise(step, kernels[step.program.name], env, buffer, stream)
+                self._elementwise(step, compiled.kernels[step.program.name], env, buffer, rec)
             elif isinstance(step, MatMul):
-                self._matmul(step, env, buffer, stream)
+                self._matmul(step, env, buffer, rec)
             elif isinstance(step, Gemm):
-                self._gemm(step, kernels, env, buffer, stream)
+                self._gemm(step, compiled.kernels, env, buffer, rec)
+            elif isinstance(step, Row):
+                self._row(step, compiled.kernels[step.program.name], env, buffer, rec)
+            elif isinstance(step, Copy):
+                self._copy(step, compiled.kernels[step.program.name], env, buffer, rec)
             else:
                 self._view(step, env)
         for k, name in enumerate(plan.outputs):
@@ -125,29 +279,38 @@ class Executor:
                 continue
             value = env[name]
             if k in plan.views and ctx.may_view(k):
-                ctx.outputs[k] = value
+                rec.add(Alias(k, value.ptr, value.shape, value.dtype, value.strides))
                 continue
-            dst = ctx.output(k, value.shape, value.dtype)
-            if dst.ptr != value.ptr:
-                self.transfer.copy_into(value, dst, stream)
+            dst = rec.output(k, value.shape, value.dtype)
+            if value.nbytes:
+                rec.add(Memcpy(dst.ptr, value.ptr, value.nbytes))
+        return self.finish(rec)
+
+    def finish(self, rec: Recorder) -> Trace:
+        """The recorded trace, its intermediates placed and its launches' cffi objects made."""
+        trace = rec.finish()
+        for c in trace.commands:
+            if isinstance(c, Launch):
+                c.native = self._native_launch(c)
+        return trace
+
+    def _native_launch(self, c: Launch) -> NativeLaunch:
+        ffi = self.rt.ffi
+        params = ffi.new("int64_t[]", [int(w) for w in c.words])
+        return NativeLaunch(params, ffi.new("void *[1]", [ffi.cast("void *", params)]),
+                            ffi.new("dim3 *", [c.grid, 1, 1]), ffi.new("dim3 *", [c.block, 1, 1]),
+                            tuple(int(c.words[s]) for s in c.slots))
 
     def _launch(self, kernel: Any, program: codegen.Program, pointers: list[int], shape: tuple[int, ...],
-                strides: list[list[int]], stream: CudaStream) -> None:
+                strides: list[list[int]], rec: Recorder) -> None:
         n = int(np.prod(shape, dtype=np.int64))
         cfg = codegen.launch_config(n, self.info.sm_count, self.info.max_threads_per_block)
         if cfg is None:
             return
-        rt, ffi = self.rt, self.rt.ffi
         words = codegen.pack_params(program, pointers, shape, strides)
-        params = ffi.from_buffer(words)
-        args = ffi.new("void *[1]", [ffi.cast("void *", params)])
-        grid = ffi.new("dim3 *", [cfg.grid, 1, 1])  # passed by value; the pointers own the memory meanwhile
-        block = ffi.new("dim3 *", [cfg.block, 1, 1])
-        # the parameter bytes are copied by the launch; nothing of ``words`` is needed after it returns
-        rt.check_cuda(f"cudaLaunchKernel({program.name}, grid={cfg.grid}, block={cfg.block})",
-                      rt.cudart.cudaLaunchKernel(kernel, grid[0], block[0], args, 0, stream.handle))
+        rec.add(Launch(kernel, cfg.grid, cfg.block, words, tuple(range(len(pointers))), program.name))
 
-    def _elementwise(self, step: Elementwise, kernel: Any, env: dict, buffer, stream: CudaStream) -> None:
+    def _elementwise(self, step: Elementwise, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
         program = step.program
         xs = [env[name] for name in step.inputs]
         dtype = np.dtype(program.dtype)
@@ -167,9 +330,74 @@ class Executor:
         outs = [buffer(name, shape, dtype) for name in step.outputs]
         index_shape = shape if shape else (1,)
         strides = [codegen.broadcast_strides(x.shape, x.strides, x.dtype.itemsize, index_shape) for x in xs]
-        self._launch(kernel, program, [x.ptr for x in xs] + [o.ptr for o in outs], index_shape, strides, stream)
-        stream.keep(*xs, *outs)
+        self._launch(kernel, program, [x.ptr for x in xs] + [o.ptr for o in outs], index_shape, strides, rec)
         env.update(zip(step.outputs, outs))
+
+    def _row(self, step: Row, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
+        values = {role: env[name] for role, name in step.inputs.items()}
+        x = values["x"]
+        dtype = np.dtype(step.program.dtype)
+        for role, v in values.items():
+            if v.dtype != dtype:
+                raise TypeError(f"{step.label}: input '{step.inputs[role]}' is {v.dtype}, expected {dtype}")
+            if not v.is_contiguous:
+                raise ValueError(f"{step.label}: strided inputs are not supported by the row kernels")
+        if step.coerce_axis is not None:
+            axis = step.coerce_axis % max(x.ndim, 1)
+            rows, cols = int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64))
+        else:
+            cols = x.shape[-1] if x.ndim else 1
+            rows = int(np.prod(x.shape[:-1], dtype=np.int64))
+        for role in ("gamma", "beta", "bias"):
+            if role in values and values[role].shape != (cols,):
+                raise ValueError(f"{step.label}: '{step.inputs[role]}' has shape {list(values[role].shape)}, expected "
+                                 f"[{cols}]")
+        if "skip" in values and values["skip"].shape != x.shape:
+            raise ValueError(f"{step.label}: the skip input has shape {list(values['skip'].shape)}, not the input's "
+                             f"{list(x.shape)}")
+        out = buffer(step.out, x.shape, dtype)
+        total = buffer(step.total, x.shape, dtype) if step.total else None
+        cfg = rowops.launch_config(rows, cols, self.info.sm_count, self.info.max_threads_per_block)
+        if cfg is not None:
+            words = rowops.pack(step.program, {role: v.ptr for role, v in values.items()}, out.ptr, rows, cols,
+                                step.eps, None if total is None else total.ptr)
+            n_ptr = len(step.program.inputs) + 1 + (total is not None)
+            rec.add(Launch(kernel, cfg.grid, cfg.block, words, tuple(range(n_ptr)), step.program.name))
+        env[step.out] = out
+        if total is not None:
+            env[step.total] = total
+
+    def _copy(self, step: Copy, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
+        """Transpose and Split: the Identity kernel reading ``src`` through permuted or offset strides."""
+        src = env[step.src]
+        if src.dtype != np.dtype(step.program.dtype) or not src.is_contiguous:
+            raise TypeError(f"{step.label}: the input is {src.dtype}{'' if src.is_contiguous else ' (strided)'}, "
+                            f"the kernel copies contiguous {step.program.dtype}")
+        strides = codegen.broadcast_strides(src.shape, None, src.dtype.itemsize, src.shape)  # C order, in elements
+        if step.op == "Transpose":
+            if len(step.perm) != src.ndim:
+                raise ValueError(f"{step.label}: perm {list(step.perm)} does not fit rank {src.ndim}")
+            shape = tuple(src.shape[p] for p in step.perm)
+            out = buffer(step.outs[0], shape, src.dtype)
+            self._launch(kernel, step.program, [src.ptr, out.ptr], shape, [[strides[p] for p in step.perm]], rec)
+            env[step.outs[0]] = out
+            return
+        dim, n = src.shape[step.axis], len(step.outs)
+        sizes = step.sizes
+        if sizes is None:
+            chunk = -(-dim // n)
+            sizes = (chunk,) * (n - 1) + (dim - chunk * (n - 1),)
+        if len(sizes) != n or sum(sizes) != dim or min(sizes) < 0:
+            raise ValueError(f"{step.label}: cannot split {dim} along axis {step.axis} into {list(sizes)} for {n} "
+                             "outputs")
+        start = 0
+        for name, size in zip(step.outs, sizes):
+            shape = src.shape[:step.axis] + (size,) + src.shape[step.axis + 1:]
+            out = buffer(name, shape, src.dtype)
+            offset = start * strides[step.axis] * src.dtype.itemsize
+            self._launch(kernel, step.program, [src.ptr + offset, out.ptr], shape, [strides], rec)
+            env[name] = out
+            start += size
 
     def _blas_handle(self) -> Any:
         if self._blas is None:
@@ -178,33 +406,42 @@ class Executor:
             rt.check_cublas("cublasCreate", rt.cublas.cublasCreate_v2(h))
             mode = api.CUBLAS_TF32_TENSOR_OP_MATH if self.use_tf32 else api.CUBLAS_DEFAULT_MATH
             rt.check_cublas("cublasSetMathMode", rt.cublas.cublasSetMathMode(h[0], mode))
+            # a workspace of its own: cuBLAS then allocates nothing while a CUDA graph is captured
+            self._blas_workspace = self.allocator.allocate(BLAS_WORKSPACE)
             self._blas = h[0]
         return self._blas
 
+    def _blas_call(self, label: str, args: list, stream: CudaStream) -> None:
+        rt = self.rt
+        with self._blas_lock:  # one handle: its stream is set and used without another thread in between
+            handle = self._blas_handle()
+            if self._blas_stream is not stream:
+                rt.check_cublas("cublasSetStream", rt.cublas.cublasSetStream_v2(handle, stream.handle))
+                # setting the stream resets the workspace to cuBLAS's own
+                rt.check_cublas("cublasSetWorkspace", rt.cublas.cublasSetWorkspace_v2(
+                    handle, rt.ffi.cast("void *", self._blas_workspace.address), BLAS_WORKSPACE))
+                self._blas_stream = stream
+            status = rt.cublas.cublasGemmStridedBatchedEx(handle, *args)
+            if status:
+                rt.check_cublas(f"cublasGemmStridedBatchedEx ({label})", status)
+
     def _gemm_ex(self, call: shapes.GemmCall, a: DeviceTensor, b: DeviceTensor, c: DeviceTensor, alpha: float,
-                 beta: float, stream: CudaStream, label: str) -> None:
-        rt, ffi = self.rt, self.rt.ffi
+                 beta: float, rec: Recorder, label: str) -> None:
+        ffi = self.rt.ffi
         dtype = c.dtype
         size = dtype.itemsize
         kind = api.CUDA_R_16F if dtype == np.float16 else api.CUDA_R_32F
         compute = api.CUBLAS_COMPUTE_32F_FAST_TF32 if self.use_tf32 and dtype == np.float32 else api.CUBLAS_COMPUTE_32F
-        alpha_p, beta_p = ffi.new("float *", alpha), ffi.new("float *", beta)
-        with self._blas_lock:  # one handle: its stream is set and used without another thread in between
-            handle = self._blas_handle()
-            rt.check_cublas("cublasSetStream", rt.cublas.cublasSetStream_v2(handle, stream.handle))
-            rt.check_cublas(
-                f"cublasGemmStridedBatchedEx ({label}: m={call.m} n={call.n} k={call.k} batch={call.count})",
-                rt.cublas.cublasGemmStridedBatchedEx(
-                    handle, int(call.trans_a), int(call.trans_b), call.m, call.n, call.k, alpha_p,
-                    ffi.cast("void *", a.ptr + call.a_offset * size), kind, call.lda, call.stride_a,
-                    ffi.cast("void *", b.ptr + call.b_offset * size), kind, call.ldb, call.stride_b, beta_p,
-                    ffi.cast("void *", c.ptr + call.c_offset * size), kind, call.ldc, call.stride_c, call.count,
-                    compute, api.CUBLAS_GEMM_DEFAULT))
+        args = (int(call.trans_a), int(call.trans_b), call.m, call.n, call.k, ffi.new("float *", alpha),
+                a.ptr + call.a_offset * size, kind, call.lda, call.stride_a,
+                b.ptr + call.b_offset * size, kind, call.ldb, call.stride_b, ffi.new("float *", beta),
+                c.ptr + call.c_offset * size, kind, call.ldc, call.stride_c, call.count, compute,
+                api.CUBLAS_GEMM_DEFAULT)
+        rec.add(GemmCommand(args, f"{label}: m={call.m} n={call.n} k={call.k} batch={call.count}"))
 
-    def _zero(self, t: DeviceTensor, stream: CudaStream) -> None:
+    def _zero(self, t: DeviceTensor, rec: Recorder) -> None:
         if t.nbytes:
-            self.rt.check_cuda("cudaMemsetAsync", self.rt.cudart.cudaMemsetAsync(
-                self.rt.ffi.cast("void *", t.ptr), 0, t.nbytes, stream.handle))
+            rec.add(Memset(t.ptr, t.nbytes))
 
     def _matrix_inputs(self, label: str, dtype: str, *xs: DeviceTensor) -> None:
         for x in xs:
@@ -213,19 +450,18 @@ class Executor:
             if not x.is_contiguous:
                 raise ValueError(f"{label}: strided inputs are not supported by the cuBLAS path")
 
-    def _matmul(self, step: MatMul, env: dict, buffer, stream: CudaStream) -> None:
+    def _matmul(self, step: MatMul, env: dict, buffer, rec: Recorder) -> None:
         a, b = env[step.a], env[step.b]
         self._matrix_inputs(step.label, step.dtype, a, b)
         out = buffer(step.out, shapes.matmul_shape(a.shape, b.shape), a.dtype)
         k = a.shape[-1]
         if k == 0:
-            self._zero(out, stream)
+            self._zero(out, rec)
         for call in shapes.matmul_calls(a.shape, b.shape) if k else []:
-            self._gemm_ex(call, b, a, out, 1.0, 0.0, stream, step.label)  # cuBLAS's A is the right operand
-        stream.keep(a, b, out)
+            self._gemm_ex(call, b, a, out, 1.0, 0.0, rec, step.label)  # cuBLAS's A is the right operand
         env[step.out] = out
 
-    def _gemm(self, step: Gemm, kernels: dict, env: dict, buffer, stream: CudaStream) -> None:
+    def _gemm(self, step: Gemm, kernels: dict, env: dict, buffer, rec: Recorder) -> None:
         a, b = env[step.a], env[step.b]
         self._matrix_inputs(step.label, step.dtype, a, b)
         m, n, k = shapes.gemm_shape(a.shape, b.shape, step.trans_a, step.trans_b)
@@ -234,18 +470,16 @@ class Executor:
         if step.broadcast is not None and out.nbytes:
             c = env[step.c]
             strides = [codegen.broadcast_strides(c.shape, c.strides, c.dtype.itemsize, (m, n))]
-            self._launch(kernels[step.broadcast.name], step.broadcast, [c.ptr, out.ptr], (m, n), strides, stream)
-            stream.keep(c)
+            self._launch(kernels[step.broadcast.name], step.broadcast, [c.ptr, out.ptr], (m, n), strides, rec)
             beta = step.beta
         if m and n and k == 0:  # an empty product: Y = beta * C
             if beta == 0.0:
-                self._zero(out, stream)
+                self._zero(out, rec)
             elif beta != 1.0:
                 raise ValueError(f"{step.label}: K=0 with beta={beta} (not 0 or 1) is not supported")
         elif m and n:
             call = shapes.gemm_call(m, n, k, step.trans_a, step.trans_b)
-            self._gemm_ex(call, b, a, out, step.alpha, beta, stream, step.label)
-        stream.keep(a, b, out)
+            self._gemm_ex(call, b, a, out, step.alpha, beta, rec, step.label)
         env[step.out] = out
 
     def _view(self, step: View, env: dict) -> None:

@@ -1,8 +1,9 @@
 """Device memory of CUDAExecutionProvider: the device, a stream-ordered pool allocator and the data transfer.
 
-``CudaAllocator`` takes buffers from the device's default cudaMemPool (cudaMallocFromPoolAsync on its own
-stream, kept cached by a release threshold, so freed memory is reused without going back to the driver) and
-counts bytes against ``gpu_mem_limit``; it falls back to cudaMalloc where pools are unsupported.
+``CudaAllocator`` takes buffers from the device's default cudaMemPool (cudaMallocFromPoolAsync on the run's
+stream, or on its own one when none is given; kept cached by a release threshold, so freed memory is reused
+without going back to the driver) and counts bytes against ``gpu_mem_limit``; it falls back to cudaMalloc
+where pools are unsupported.
 ``CudaDataTransfer`` copies host <-> device and device <-> device with cudaMemcpyAsync on the run's stream
 (``copy_into``) or on its own stream, complete on return (``copy``). Written for a GPU: nothing here runs
 without one.
@@ -11,6 +12,7 @@ without one.
 from __future__ import annotations
 
 import threading
+import weakref
 from typing import Any
 
 import numpy as np
@@ -19,7 +21,7 @@ from ort_core.memory import Device, DeviceTensor
 
 from . import cuda_api as api
 from .runtime import CudaError, Runtime, runtime
-from .stream import CudaStream, _quiet
+from .stream import CudaStream
 
 ALIGNMENT = 256  # cudaMalloc and pool allocations are 256-byte aligned
 
@@ -32,23 +34,28 @@ def cuda_device(device_id: int) -> Device:
 
 class CudaBuffer:
     """``nbytes`` of device memory at ``address``; freed (stream-ordered) when the last reference goes, or by
-    ``CudaAllocator.free``."""
+    ``CudaAllocator.free``. ``free_stream``: the stream whose order the free follows (None: the allocator's)."""
 
-    __slots__ = ("ptr", "address", "nbytes", "__weakref__")
+    __slots__ = ("ptr", "address", "nbytes", "free_stream", "__weakref__")
 
     def __init__(self, ptr: Any, address: int, nbytes: int) -> None:
         self.ptr, self.address, self.nbytes = ptr, address, nbytes
+        self.free_stream: Any = None
 
 
 class CudaAllocator:
     """Buffers on one GPU from its default memory pool, at most ``limit`` bytes in use (gpu_mem_limit).
 
-    The contract's ``allocate`` has no stream, so each allocation is ordered on the allocator's own stream and
-    that stream is synchronized before the buffer is handed out (usable on any stream then). Frees are
-    stream-ordered on the same stream: a buffer is freed only when nothing references it, and every stream of
-    this provider keeps what its work uses until it is synchronized, so no queued work still reads it."""
+    Stream-ordered (``stream_ordered``): ``allocate(nbytes, stream)`` takes the buffer in the order of
+    ``stream``'s work (cudaMallocFromPoolAsync, no wait), usable on that stream at once and on others once it
+    is synchronized; ``free(buffer, stream)`` gives it back in that stream's order. Without a stream, the
+    allocation is ordered on the allocator's own stream, synchronized before the buffer is handed out (usable
+    on any stream). A buffer nobody frees goes back when nothing references it, on the allocator's stream:
+    every stream of this provider keeps what its work uses until it is synchronized, so no queued work still
+    reads it then."""
 
     alignment = ALIGNMENT
+    stream_ordered = True
 
     def __init__(self, rt: Runtime, device_id: int, limit: int = 2**64 - 1, use_pool: bool = True) -> None:
         self._rt, self.device, self.limit = rt, cuda_device(device_id), int(limit)
@@ -66,7 +73,7 @@ class CudaAllocator:
                           rt.cudart.cudaMemPoolSetAttribute(pool[0], api.MEMPOOL_ATTR_RELEASE_THRESHOLD, threshold))
             self._pool = pool[0]
 
-    def allocate(self, nbytes: int) -> CudaBuffer:
+    def allocate(self, nbytes: int, stream: CudaStream | None = None) -> CudaBuffer:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise ValueError(f"cannot allocate a negative size ({nbytes} bytes)")
@@ -81,26 +88,34 @@ class CudaAllocator:
         try:
             rt.set_device(self.device.id)
             if self._pool is not None:
+                on = stream if isinstance(stream, CudaStream) else self._stream
                 rt.check_cuda(f"cudaMallocFromPoolAsync({nbytes} bytes on {self.device})",
-                              rt.cudart.cudaMallocFromPoolAsync(out, size, self._pool, self._stream.handle))
-                rt.check_cuda("cudaStreamSynchronize (allocation stream)",
-                              rt.cudart.cudaStreamSynchronize(self._stream.handle))
+                              rt.cudart.cudaMallocFromPoolAsync(out, size, self._pool, on.handle))
+                if on is self._stream:
+                    rt.check_cuda("cudaStreamSynchronize (allocation stream)",
+                                  rt.cudart.cudaStreamSynchronize(self._stream.handle))
             else:
                 rt.check_cuda(f"cudaMalloc({nbytes} bytes on {self.device})", rt.cudart.cudaMalloc(out, size))
         except CudaError:
             with self._lock:
                 self.in_use -= size
             raise
-        ptr = rt.ffi.gc(out[0], self._releaser(size), size=size)
-        return CudaBuffer(ptr, int(rt.ffi.cast("uintptr_t", out[0])), nbytes)
+        buffer = CudaBuffer(None, int(rt.ffi.cast("uintptr_t", out[0])), nbytes)
+        buffer.ptr = rt.ffi.gc(out[0], self._releaser(size, buffer), size=size)
+        return buffer
 
-    def _releaser(self, size: int):
-        rt, stream, pool = self._rt, self._stream, self._pool
-        free = _quiet(lambda p: rt.cudart.cudaFreeAsync(p, stream.handle) if pool is not None
-                      else rt.cudart.cudaFree(p))
+    def _releaser(self, size: int, buffer: CudaBuffer):
+        rt, own, pool = self._rt, self._stream, self._pool
+        where = _weak_stream(buffer)
 
         def release(p) -> None:
-            free(p)
+            try:
+                if pool is None:
+                    rt.cudart.cudaFree(p)
+                else:
+                    rt.cudart.cudaFreeAsync(p, (where() or own).handle)
+            except Exception:  # noqa: BLE001 - nothing can be reported from a garbage-collector callback
+                pass
             with self._lock:
                 self.in_use -= size
         return release
@@ -108,11 +123,23 @@ class CudaAllocator:
     def address(self, buffer: CudaBuffer) -> int:
         return buffer.address
 
-    def free(self, buffer: CudaBuffer) -> None:
-        """Release now rather than at garbage collection (only once no queued work uses it)."""
+    def free(self, buffer: CudaBuffer, stream: CudaStream | None = None) -> None:
+        """Release now rather than at garbage collection: in ``stream``'s order (its queued work may still use
+        the buffer), else at once (only once no queued work uses it)."""
         if buffer.ptr is not None:
+            buffer.free_stream = stream if isinstance(stream, CudaStream) else None
             self._rt.ffi.release(buffer.ptr)
             buffer.ptr = None
+
+
+def _weak_stream(buffer: CudaBuffer):
+    """A callable giving ``buffer.free_stream`` while the buffer lives (the release runs as it is dropped)."""
+    ref = weakref.ref(buffer)
+
+    def where():
+        b = ref()
+        return None if b is None else b.free_stream
+    return where
 
 
 _allocators: dict[tuple[int, int], CudaAllocator] = {}

@@ -8,7 +8,6 @@ built from ``runtime``, ``options``, ``kernels`` (what it runs, the plan) and ``
 from __future__ import annotations
 
 import threading
-import warnings
 
 from ort_core.plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, provider_hooks
 
@@ -18,7 +17,7 @@ from .kernels import plan_subgraph, unsupported_reason
 from .memory import CudaAllocator, CudaDataTransfer, cuda_device
 from .nvrtc import KernelCache
 from .options import DEFAULTS, default_cache_dir, parse
-from .stream import CudaStream
+from .stream import CudaStream, StreamPool
 
 NAME = "CUDAExecutionProvider"
 
@@ -53,11 +52,9 @@ class CudaProvider(ExecutionProvider):
         # its own allocator, so gpu_mem_limit bounds this session (the device's memory pool beneath is shared)
         self._allocator = CudaAllocator(self.rt, opts.device_id, opts.gpu_mem_limit, self.gpu.memory_pools)
         self._transfer = CudaDataTransfer(self.rt, opts.device_id, self.gpu.memory_pools)
+        self._streams = StreamPool(self.rt, self.device)
         self._executor = None
         self._lock = threading.Lock()
-        if opts.enable_cuda_graph:
-            warnings.warn(f"{NAME}: enable_cuda_graph=1 is accepted but CUDA graph capture is not built yet; "
-                          "runs launch their kernels one by one", stacklevel=2)
 
     def executor(self):
         from .launch import Executor
@@ -67,12 +64,14 @@ class CudaProvider(ExecutionProvider):
                 raise RuntimeError(f"{NAME}: the provider was closed with its session")
             if self._executor is None:
                 self._executor = Executor(self.rt, self.gpu, self._allocator, self._transfer,
-                                          KernelCache(default_cache_dir()), self.opts.use_tf32)
+                                          KernelCache(default_cache_dir()), self.opts.use_tf32,
+                                          self.opts.enable_cuda_graph)
             return self._executor
 
     def preferences(self) -> Preferences:
         # constants are uploaded once at compile time (and shapes/axes read on the host), never fed per run
-        return Preferences(bakes_weights=True, fused_ops=frozenset({"com.microsoft::Gelu"}))
+        return Preferences(bakes_weights=True, fused_ops=frozenset({
+            "com.microsoft::Gelu", "::LayerNormalization", "com.microsoft::SkipLayerNormalization"}))
 
     def get_capability(self, graph):
         opsets = dict(graph.opsets)
@@ -84,7 +83,7 @@ class CudaProvider(ExecutionProvider):
         return self.executor().compile(plan, subgraph.constants)
 
     def stream(self) -> CudaStream:
-        return CudaStream(self.rt, self.device)
+        return self._streams.take()  # given back by CudaStream.close at the end of the run
 
     def allocator(self, device):
         if device != self.device:
@@ -100,6 +99,7 @@ class CudaProvider(ExecutionProvider):
             super().close()
         if executor is not None:
             executor.close()
+        self._streams.clear()
 
 
 ort_register_providers, ort_create_provider = provider_hooks(_info, CudaProvider)

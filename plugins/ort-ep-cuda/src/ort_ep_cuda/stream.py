@@ -51,6 +51,7 @@ class CudaStream:
         self.handle = rt.ffi.gc(out[0], _quiet(rt.cudart.cudaStreamDestroy))
         self._kept: list[Any] = []
         self._lock = threading.Lock()
+        self.pool: StreamPool | None = None  # where ``close`` gives it back
 
     def keep(self, *objects: Any) -> None:
         """Keep ``objects`` (buffers, arrays, tensors enqueued work uses) alive until the next synchronize."""
@@ -81,6 +82,44 @@ class CudaStream:
         with self._lock:
             self._kept.clear()
         self._rt.check_cuda(f"cudaStreamSynchronize (work on {self.device})", status)
+
+
+    def close(self) -> None:
+        """The run is over (the core calls this after synchronizing): back to the pool it came from, for the
+        next run. A stream still holding queued work's objects (never synchronized) is not reused."""
+        pool, self.pool = self.pool, None
+        with self._lock:
+            idle = not self._kept
+        if pool is not None and idle:
+            pool.give(self)
+
+
+class StreamPool:
+    """Idle streams of one provider on one device: ``take`` hands one out for a run (creating it when none
+    is idle), ``CudaStream.close`` gives it back; at most ``keep`` idle streams are kept. Creating a stream
+    per run would cost a cudaStreamCreate and a cudaStreamDestroy every run."""
+
+    def __init__(self, rt: Runtime, device: Device, keep: int = 8) -> None:
+        self._rt, self.device, self.keep = rt, device, keep
+        self._idle: list[CudaStream] = []
+        self._lock = threading.Lock()
+
+    def take(self) -> CudaStream:
+        with self._lock:
+            stream = self._idle.pop() if self._idle else None
+        if stream is None:
+            stream = CudaStream(self._rt, self.device)
+        stream.pool = self
+        return stream
+
+    def give(self, stream: CudaStream) -> None:
+        with self._lock:
+            if len(self._idle) < self.keep:
+                self._idle.append(stream)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._idle.clear()
 
 
 def _quiet(destroy):

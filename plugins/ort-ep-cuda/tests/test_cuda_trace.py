@@ -1,0 +1,236 @@
+"""Recorded runs without a GPU: a plan is recorded with symbolic addresses, its intermediates are placed in one
+workspace, and the commands, resolved against an emulated device memory and executed by numpy models of the
+kernel (its parameter struct decoded as the CUDA source reads it) and of cuBLAS, compute what the CPU provider
+computes. This checks recording, placement (no live value is overwritten) and address resolution end to end."""
+
+from __future__ import annotations
+
+import numpy as np
+from cuda_helpers import F32, make_model, whole_subgraph
+from onnx import helper
+from ort_ep_cuda import rowops, runtime, shapes
+from ort_ep_cuda.kernels import plan_subgraph
+from ort_ep_cuda.launch import Compiled, Executor
+from ort_ep_cuda.memory import cuda_device
+from ort_ep_cuda.nvrtc import KernelCache
+from ort_ep_cuda.trace import Alias, Gemm, Launch, Memcpy, Memset, Recorder, bases, resolve, symbol, tag_of
+from test_cuda_codegen import _run_like_the_kernel
+
+import ort_core as ort
+from ort_core.memory import DeviceTensor
+
+DEVICE = cuda_device(0)
+BASE = 1 << 30
+
+
+class Memory:
+    """A bump-allocated byte array standing in for device memory at address BASE."""
+
+    def __init__(self, nbytes: int = 1 << 22) -> None:
+        self.bytes = np.zeros(nbytes, np.uint8)
+        self.top = 0
+
+    def alloc(self, nbytes: int) -> int:
+        address = BASE + self.top
+        self.top += -(-max(nbytes, 1) // 256) * 256
+        assert self.top <= len(self.bytes)
+        return address
+
+    def array(self, address: int, count: int, dtype) -> np.ndarray:
+        start = address - BASE
+        return self.bytes[start:start + count * np.dtype(dtype).itemsize].view(dtype)
+
+    def put(self, x: np.ndarray) -> DeviceTensor:
+        x = np.ascontiguousarray(x)
+        address = self.alloc(x.nbytes)
+        self.array(address, x.size, x.dtype)[:] = x.reshape(-1)
+        return DeviceTensor(address, x.shape, x.dtype, DEVICE)
+
+
+class Context:
+    """The parts of ort_core's KernelContext a recorded run uses."""
+
+    def __init__(self, memory: Memory, inputs: list[DeviceTensor], n_outputs: int, views=()) -> None:
+        self.memory, self.inputs, self.outputs, self.views = memory, inputs, [None] * n_outputs, set(views)
+
+    def may_view(self, k: int) -> bool:
+        return k in self.views
+
+    def output(self, k: int, shape, dtype) -> DeviceTensor:
+        dtype = np.dtype(dtype)
+        self.outputs[k] = DeviceTensor(self.memory.alloc(int(np.prod(shape)) * dtype.itemsize), shape, dtype, DEVICE)
+        return self.outputs[k]
+
+
+def _executor(tmp_path) -> Executor:
+    info = runtime.DeviceInfo(0, "emulated", 9, 0, 4, 1024, True)
+    return Executor(runtime.runtime(), info, None, None, KernelCache(str(tmp_path)), use_tf32=False)
+
+
+def _emulate(trace, table, memory: Memory, programs: dict, ctx: Context) -> None:
+    """Execute the resolved commands on ``memory`` with numpy."""
+    ffi = runtime.runtime().ffi
+    for c in trace.commands:
+        if isinstance(c, Launch) and isinstance(programs[c.label], rowops.RowProgram):
+            _run_like_the_row_kernel(programs[c.label], c, table, memory)
+        elif isinstance(c, Launch):
+            program = programs[c.label]
+            words = c.words.copy()
+            for s in c.slots:
+                words[s] = resolve(table, int(words[s]))
+            n_ptr = program.n_inputs + len(program.outputs)
+            n = int(words[n_ptr])
+            views = {int(w): memory.array(int(w), n if k >= program.n_inputs else (len(memory.bytes) - (int(w) - BASE))
+                                          // 4, np.float32) for k, w in enumerate(words[:n_ptr])}
+            _run_like_the_kernel(program, words, views)
+        elif isinstance(c, Gemm):
+            a = list(c.args)
+            ta, tb, m, n, k, alpha, pa, _, lda, sa, pb, _, ldb, sb, beta, pc, _, ldc, sc, count = a[:20]
+            call = shapes.GemmCall(bool(ta), bool(tb), m, n, k, lda, ldb, ldc, 0, 0, 0, sa, sb, sc, count)
+            arrays = [memory.array(resolve(table, p), (len(memory.bytes) - (resolve(table, p) - BASE)) // 4,
+                                   np.float32) for p in (pa, pb, pc)]
+            shapes.emulate(call, *arrays, alpha=float(ffi.cast("float *", alpha)[0]),
+                           beta=float(ffi.cast("float *", beta)[0]))
+        elif isinstance(c, Memset):
+            memory.array(resolve(table, c.address), c.nbytes, np.uint8)[:] = 0
+        elif isinstance(c, Memcpy):
+            memory.array(resolve(table, c.dst), c.nbytes, np.uint8)[:] = memory.array(resolve(table, c.src), c.nbytes,
+                                                                                      np.uint8)
+        else:
+            assert isinstance(c, Alias)
+            ctx.outputs[c.index] = DeviceTensor(resolve(table, c.address), c.shape, c.dtype, DEVICE)
+
+
+def _run_like_the_row_kernel(program, c, table, memory: Memory) -> None:
+    """The row kernel in numpy: its parameter words decoded as the CUDA struct reads them."""
+    words = c.words.copy()
+    for s in c.slots:
+        words[s] = resolve(table, int(words[s]))
+    n = len(program.inputs)
+    tail = n + 1 + program.with_sum
+    rows, cols, eps = int(words[tail]), int(words[tail + 1]), float(words[tail + 2:tail + 3].view(np.float64)[0])
+    sizes = {"x": rows * cols, "skip": rows * cols, "gamma": cols, "beta": cols, "bias": cols}
+    arrays = {name: memory.array(int(words[k]), sizes[name], np.float32).reshape(-1, cols)
+              for k, name in enumerate(program.inputs)}
+    arrays = {k: (v if k in ("x", "skip") else v[0]) for k, v in arrays.items()}
+    memory.array(int(words[n]), rows * cols, np.float32)[:] = rowops.reference(program, arrays, eps).reshape(-1)
+    if program.with_sum:
+        memory.array(int(words[n + 1]), rows * cols, np.float32)[:] = rowops.summed(arrays, "float32").reshape(-1)
+
+
+def _run_recorded(model, feeds: dict[str, np.ndarray], tmp_path, views=()) -> tuple[list[np.ndarray], object]:
+    sub = whole_subgraph(model)
+    plan = plan_subgraph(sub)
+    memory = Memory()
+    constants = {}
+    for name in plan.device_constants:  # uploaded as the executor does: Where's conditions as the data's type
+        value = np.asarray(sub.constants[name])
+        constants[name] = memory.put(value.astype(plan.casts.get(name, value.dtype)))
+    executor = _executor(tmp_path)
+    compiled = Compiled(plan, {p.name: None for p in plan.programs}, constants)
+    ctx = Context(memory, [memory.put(feeds[name]) for name in plan.inputs], len(plan.outputs), views)
+    trace = executor._record(compiled, ctx)
+    outs = {k: ctx.output(k, shape, dtype) for k, (shape, dtype) in trace.outputs.items()}
+    workspace = memory.alloc(trace.workspace)
+    table = bases(trace, [x.ptr for x in ctx.inputs], {k: o.ptr for k, o in outs.items()}, workspace)
+    _emulate(trace, table, memory, {p.name: p for p in plan.programs}, ctx)
+    results = [memory.array(o.ptr, o.size, o.dtype).reshape(o.shape).copy() for o in ctx.outputs]
+    return results, trace
+
+
+def _cpu(model, feeds):
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def test_a_recorded_mlp_computes_what_the_cpu_provider_computes(tmp_path):
+    rng = np.random.default_rng(0)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=1), helper.make_node("MatMul", ["f", "w1"], ["h"]),
+             helper.make_node("Add", ["h", "b1"], ["hb"]), helper.make_node("Relu", ["hb"], ["r"]),
+             helper.make_node("MatMul", ["r", "w2"], ["h2"]), helper.make_node("Tanh", ["h2"], ["t2"]),
+             helper.make_node("Gemm", ["t2", "w3", "b3"], ["g"], beta=0.5),
+             helper.make_node("Reshape", ["g", "shape"], ["y"])]
+    inits = [("w1", normal(6, 8)), ("b1", normal(8)), ("w2", normal(8, 8)), ("w3", normal(8, 4)), ("b3", normal(4)),
+             ("shape", np.array([-1, 2], np.int64))]
+    model = make_model(nodes, [("x", F32, (3, 2, 3))], [("y", F32, (6, 2)), ("r", F32, (3, 8))], inits)
+    feeds = {"x": normal(3, 2, 3)}
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    for g, e in zip(got, _cpu(model, feeds)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+    # the three intermediates (h, h2 and t2's kernel output, g) live in one block, sharing bytes where they can
+    assert len(trace.scratch) >= 3 and trace.workspace < sum(-(-n // 256) * 256 for n in trace.scratch)
+    # "r" is read after it is written as an output: outputs are tagged as outputs, never placed in the workspace
+    assert set(trace.outputs) == {0, 1}
+
+
+def test_recorded_row_kernels_compute_what_the_cpu_provider_computes(tmp_path):
+    rng = np.random.default_rng(1)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Softmax", ["m"], ["s"]),
+             helper.make_node("LayerNormalization", ["s", "g", "b"], ["n"], epsilon=1e-3),
+             helper.make_node("SkipLayerNormalization", ["n", "x", "g"], ["y"], domain="com.microsoft")]
+    model = make_model(nodes, [("x", F32, (2, 3, 8))], [("y", F32, (2, 3, 8))],
+                       [("w", rng.standard_normal((8, 8)).astype(np.float32)),
+                        ("g", rng.standard_normal(8).astype(np.float32)),
+                        ("b", rng.standard_normal(8).astype(np.float32))],
+                       extra_opsets=[("com.microsoft", 1)])
+    feeds = {"x": rng.standard_normal((2, 3, 8)).astype(np.float32)}
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    np.testing.assert_allclose(got[0], _cpu(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert [type(c).__name__ for c in trace.commands] == ["Gemm", "Launch", "Launch", "Launch"]
+
+
+def test_recorded_transposes_splits_and_summed_skip_outputs_compute_what_the_cpu_provider_computes(tmp_path):
+    rng = np.random.default_rng(2)
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[2, 0, 1]),
+             helper.make_node("Split", ["t", "sizes"], ["a", "b"], axis=1),
+             helper.make_node("Split", ["x"], ["c", "d"], axis=2),
+             helper.make_node("Transpose", ["c"], ["e"]),
+             helper.make_node("SkipLayerNormalization", ["c", "d", "g"], ["n", "", "", "sum"], domain="com.microsoft")]
+    model = make_model(nodes, [("x", F32, (2, 3, 8))],
+                       [("a", F32, (8, 1, 3)), ("b", F32, (8, 1, 3)), ("e", F32, (4, 3, 2)), ("n", F32, (2, 3, 4)),
+                        ("sum", F32, (2, 3, 4))],
+                       [("sizes", np.array([1, 1], np.int64)), ("g", rng.standard_normal(4).astype(np.float32))],
+                       extra_opsets=[("com.microsoft", 1)])
+    feeds = {"x": rng.standard_normal((2, 3, 8)).astype(np.float32)}
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    for g, e in zip(got, _cpu(model, feeds)):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
+
+
+def test_a_recorded_causal_mask_where_computes_what_the_cpu_provider_computes(tmp_path):
+    mask = np.tril(np.ones((4, 4), bool))
+    nodes = [helper.make_node("Where", ["mask", "x", "low"], ["w"]), helper.make_node("Softmax", ["w"], ["y"])]
+    model = make_model(nodes, [("x", F32, (2, 4, 4))], [("y", F32, (2, 4, 4))],
+                       [("mask", mask), ("low", np.array(-1e4, np.float32))])
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 4, 4)).astype(np.float32)}
+    got, _ = _run_recorded(model, feeds, tmp_path)
+    np.testing.assert_allclose(got[0], _cpu(model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_an_output_that_is_a_view_of_an_input_is_handed_out_or_copied(tmp_path):
+    model = make_model([helper.make_node("Reshape", ["x", "shape"], ["y"])], [("x", F32, (2, 3))], [("y", F32, (3, 2))],
+                       [("shape", np.array([3, 2], np.int64))])
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    viewed, trace = _run_recorded(model, {"x": x}, tmp_path, views=(0,))
+    assert [type(c) for c in trace.commands] == [Alias] and not trace.outputs
+    copied, trace = _run_recorded(model, {"x": x}, tmp_path)
+    assert [type(c) for c in trace.commands] == [Memcpy] and trace.outputs == {0: ((3, 2), np.dtype(np.float32))}
+    np.testing.assert_array_equal(viewed[0], x.reshape(3, 2))
+    np.testing.assert_array_equal(copied[0], x.reshape(3, 2))
+
+
+def test_symbols_resolve_through_the_table_and_real_addresses_pass_through():
+    rec = Recorder(2, 1, DEVICE)
+    a = rec.input(1, DeviceTensor(0, (4,), np.float32, DEVICE))
+    s = rec.scratch((8,), np.float32)
+    rec.add(Memcpy(s.ptr + 16, a.ptr + 4, 12))
+    rec.add(Memset(4096, 8))  # a real address (a constant)
+    trace = rec.finish()
+    table = bases(trace, [1000, 2000], {0: 3000}, 50000)
+    assert tag_of(a.ptr) == 2 and resolve(table, a.ptr + 4) == 2004
+    assert resolve(table, s.ptr + 16) == 50000 + trace.offsets[0] + 16
+    assert resolve(table, 4096) == 4096
+    assert symbol(3, 5) == (3 << 48) + 5
