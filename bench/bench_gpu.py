@@ -8,9 +8,9 @@ the configurations, so the machine's ups and downs fall on all alike. onnxruntim
 
   python bench/bench_gpu.py [MODEL ...] [--batches 1,32] [--runs N] [--markdown PATH]
 
-Models: ``mlp`` (MatMul/Add/Relu, built here: runs entirely on the GPU today), ``bert`` and ``gpt2`` (the
-bench's stacks: the provider takes their MatMuls and elementwise ops, the rest falls back to the CPU),
-``resnet50`` (onnx's light model: convolutions are not on the GPU yet). Needs a GPU; without one it says why.
+Models: ``mlp`` (MatMul/Add/Relu, built here), ``bert`` and ``gpt2`` (the bench's stacks), ``resnet50``,
+``densenet121`` and ``inception_v2`` (onnx's light models), or any name ``bench/models.py`` knows. Needs a
+GPU; without one it says why.
 """
 
 from __future__ import annotations
@@ -154,7 +154,7 @@ def markdown(all_rows: dict, device: str, ort_gpu: str) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("models", nargs="*", default=["mlp", "bert", "gpt2", "resnet50"])
+    ap.add_argument("models", nargs="*", default=["mlp", "bert", "gpt2", "resnet50", "densenet121", "inception_v2"])
     ap.add_argument("--batches", default="1,32", help="batch sizes for the mlp (the others run batch 1)")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--markdown", default=None, help="write the table here")

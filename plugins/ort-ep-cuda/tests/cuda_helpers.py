@@ -51,6 +51,13 @@ def whole_subgraph(model: onnx.ModelProto) -> FusedSubgraph:
 F32, F16, I64 = TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.INT64
 
 
+def cpu_outputs(model: onnx.ModelProto, feeds: dict) -> list:
+    """``model``'s outputs from the CPU provider: the reference every kernel is compared with."""
+    import ort_core as ort
+
+    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
 def gpu_reason() -> str:
     """Why GPU tests cannot run here ("" when they can): cudaGetDeviceCount's status, in words."""
     return runtime.unavailable_reason()

@@ -10,6 +10,7 @@ from ort_ep_cuda import codegen, runtime, shapes
 from ort_ep_cuda.launch import Executor
 from ort_ep_cuda.memory import cuda_device
 from ort_ep_cuda.nvrtc import KernelCache
+from ort_ep_cuda.record import StepRecorder
 from ort_ep_cuda.stream import CudaStream
 from ort_ep_cuda.trace import Recorder, bases
 
@@ -40,6 +41,10 @@ def test_stream_creation_names_the_failed_call():
         CudaStream(runtime.runtime(), cuda_device(0))
 
 
+def _steps(executor) -> StepRecorder:
+    return StepRecorder(executor.info, executor.use_tf32, executor.rt.ffi, executor.device)
+
+
 def _issue(executor, rec):
     """Replay what ``rec`` recorded with every symbolic address resolved as if each value sat at 4096."""
     trace = executor.finish(rec)
@@ -50,7 +55,7 @@ def _issue(executor, rec):
 def test_kernel_launch_marshals_its_arguments_and_reports_the_status(executor):
     program = codegen.Program("float32", 2, 2, (("Add", (("in", 0), ("in", 1))),), (0,))
     rec = Recorder(0, 0, cuda_device(0))
-    executor._launch(runtime.runtime().ffi.NULL, program, [16, 32, 48], (2, 3), [[3, 1], [0, 1]], rec)
+    _steps(executor)._launch(runtime.runtime().ffi.NULL, program, [16, 32, 48], (2, 3), [[3, 1], [0, 1]], rec)
     with pytest.raises(runtime.CudaError, match=r"cudaLaunchKernel\(ort_ew_\w+, grid=1, block=32\) " + FAILS):
         _issue(executor, rec)
 
@@ -66,6 +71,6 @@ def test_cublas_reports_its_status(executor):
 
     t = DeviceTensor(4096, (2, 2), "float32", cuda_device(0))
     rec = Recorder(0, 0, cuda_device(0))
-    executor._gemm_ex(shapes.gemm_call(2, 2, 2, False, False), t, t, t, 1.0, 0.0, rec, "gemm")
+    _steps(executor)._gemm_ex(shapes.gemm_call(2, 2, 2, False, False), t, t, t, 1.0, 0.0, rec, "gemm")
     with pytest.raises(runtime.CudaError, match=r"cublasCreate failed: CUBLAS_STATUS_NOT_INITIALIZED \(1\)"):
         _issue(executor, rec)

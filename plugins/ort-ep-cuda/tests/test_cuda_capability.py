@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from cuda_helpers import F16, F32, I64, graph_view, make_model, whole_subgraph
 from onnx import TensorProto, helper
-from ort_ep_cuda import kernels
+from ort_ep_cuda import capability
 from ort_ep_cuda.kernels import Elementwise, Gemm, MatMul, View, plan_subgraph
 
 from ort_core.plugins import Capability
@@ -15,7 +15,7 @@ from ort_core.plugins import Capability
 
 def _answers(model) -> dict[str, str | None]:
     view = graph_view(model)
-    cap = Capability.from_reasons(view.nodes(), lambda n: kernels.unsupported_reason(
+    cap = Capability.from_reasons(view.nodes(), lambda n: capability.unsupported_reason(
         n, dict(view.opsets), view.type_of, view.constant))
     names = {n.id: n.name for n in view.nodes()}
     return {**{names[i]: None for i in cap.claimed}, **{names[i]: why for i, why in cap.declined.items()}}

@@ -323,3 +323,31 @@ def test_a_causal_mask_where_matches_the_cpu_provider():
     model = make_model(nodes, [("x", F32, (2, 3, 9, 9))], [("y", F32, (2, 3, 9, 9))],
                        [("mask", mask), ("low", np.array(-3.4e38, np.float32))])
     _compare(model, {"x": np.random.default_rng(14).standard_normal((2, 3, 9, 9)).astype(np.float32)})
+
+
+@pytest.mark.parametrize("elem, tol", [(F32, 1e-4), (F16, 1e-2)])
+def test_a_cnn_of_convolutions_pooling_batchnorm_concat_and_sum_stays_on_the_gpu(elem, tol):
+    dtype = np.float16 if elem == F16 else np.float32
+    rng = np.random.default_rng(15)
+
+    def normal(*shape, scale=1.0):
+        return (rng.standard_normal(shape) * scale).astype(dtype)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[3, 3, 3, 3], strides=[2, 2]),
+             helper.make_node("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"]),
+             helper.make_node("Relu", ["n1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"], group=8, pads=[1, 1, 1, 1], dilations=[1, 1]),
+             helper.make_node("Conv", ["c2", "w3"], ["c3"], group=2),
+             helper.make_node("Sum", ["c3", "p1", "c2"], ["s1"]),
+             helper.make_node("Concat", ["s1", "p1"], ["cat"], axis=1),
+             helper.make_node("AveragePool", ["cat"], ["a1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
+                              count_include_pad=1),
+             helper.make_node("AveragePool", ["cat"], ["a2"], kernel_shape=[2, 2], strides=[2, 2]),
+             helper.make_node("GlobalAveragePool", ["a1"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w4", "b4"], ["y"], transB=1)]
+    inits = [("w1", normal(8, 3, 7, 7, scale=0.1)), ("b1", normal(8)), ("s", normal(8)), ("bb", normal(8)),
+             ("m", normal(8)), ("v", rng.uniform(0.5, 2, 8).astype(dtype)), ("w2", normal(8, 1, 3, 3, scale=0.3)),
+             ("w3", normal(8, 4, 1, 1, scale=0.3)), ("w4", normal(10, 16, scale=0.3)), ("b4", normal(10))]
+    model = make_model(nodes, [("x", elem, (2, 3, 33, 30))], [("y", elem, (2, 10)), ("a2", elem, None)], inits)
+    _compare(model, {"x": normal(2, 3, 33, 30)}, rtol=tol, atol=tol)

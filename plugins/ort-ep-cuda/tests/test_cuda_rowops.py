@@ -8,14 +8,13 @@ import itertools
 
 import numpy as np
 import pytest
-from cuda_helpers import F16, F32, I64, make_model, whole_subgraph
+from cuda_helpers import F16, F32, I64, cpu_outputs, make_model, whole_subgraph
 from onnx import TensorProto, helper
 from ort_ep_cuda import nvrtc, rowops
-from ort_ep_cuda.kernels import Row, plan_subgraph, unsupported_reason
+from ort_ep_cuda.capability import unsupported_reason
+from ort_ep_cuda.kernels import Row, plan_subgraph
 from test_cuda_capability import _answers
 from test_cuda_codegen import _param_bytes
-
-import ort_core as ort
 
 PROGRAMS = [rowops.RowProgram(op, dtype, present)
             for op in rowops.KINDS for dtype in ("float32", "float16")
@@ -48,10 +47,6 @@ def test_row_launch_config(rows, cols, expected):
     assert (cfg if cfg is None else (cfg.grid, cfg.block)) == expected
 
 
-def _cpu(model, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)[0]
-
-
 @pytest.mark.parametrize("elem", [F32, F16])
 def test_references_match_the_cpu_provider(elem):
     dtype = np.float16 if elem == F16 else np.float32
@@ -61,13 +56,13 @@ def test_references_match_the_cpu_provider(elem):
     tol = 2e-3 if elem == F16 else 1e-5
     sm = make_model([helper.make_node("Softmax", ["x"], ["y"])], [("x", elem, x.shape)], [("y", elem, x.shape)])
     np.testing.assert_allclose(rowops.reference(rowops.RowProgram("Softmax", dtype.__name__), {"x": x}),
-                               _cpu(sm, {"x": x}), rtol=tol, atol=tol)
+                               cpu_outputs(sm, {"x": x})[0], rtol=tol, atol=tol)
     ln = make_model([helper.make_node("LayerNormalization", ["x", "g", "b"], ["y"], epsilon=1e-3)],
                     [("x", elem, x.shape), ("g", elem, (16,)), ("b", elem, (16,))], [("y", elem, x.shape)])
     np.testing.assert_allclose(
         rowops.reference(rowops.RowProgram("LayerNormalization", dtype.__name__, ("beta",)),
                          {"x": x, "gamma": gamma, "beta": beta}, eps=1e-3),
-        _cpu(ln, {"x": x, "g": gamma, "b": beta}), rtol=tol * 5, atol=tol * 5)
+        cpu_outputs(ln, {"x": x, "g": gamma, "b": beta})[0], rtol=tol * 5, atol=tol * 5)
     skl = make_model([helper.make_node("SkipLayerNormalization", ["x", "s", "g", "b", "bias"], ["y"],
                                        domain="com.microsoft", epsilon=1e-5)],
                      [("x", elem, x.shape), ("s", elem, x.shape), ("g", elem, (16,)), ("b", elem, (16,)),
@@ -75,7 +70,7 @@ def test_references_match_the_cpu_provider(elem):
     np.testing.assert_allclose(
         rowops.reference(rowops.RowProgram("SkipLayerNormalization", dtype.__name__, ("beta", "bias")),
                          {"x": x, "skip": skip, "gamma": gamma, "beta": beta, "bias": bias}),
-        _cpu(skl, {"x": x, "s": skip, "g": gamma, "b": beta, "bias": bias}), rtol=tol * 5, atol=tol * 5)
+        cpu_outputs(skl, {"x": x, "s": skip, "g": gamma, "b": beta, "bias": bias})[0], rtol=tol * 5, atol=tol * 5)
 
 
 def test_capability_takes_last_axis_rows_and_declines_the_rest_with_reasons():

@@ -6,17 +6,16 @@ computes. This checks recording, placement (no live value is overwritten) and ad
 from __future__ import annotations
 
 import numpy as np
-from cuda_helpers import F32, make_model, whole_subgraph
+from cuda_helpers import F32, cpu_outputs, make_model, whole_subgraph
 from onnx import helper
-from ort_ep_cuda import rowops, runtime, shapes
+from ort_ep_cuda import rowops, runtime, shapes, windows
 from ort_ep_cuda.kernels import plan_subgraph
 from ort_ep_cuda.launch import Compiled, Executor
 from ort_ep_cuda.memory import cuda_device
 from ort_ep_cuda.nvrtc import KernelCache
-from ort_ep_cuda.trace import Alias, Gemm, Launch, Memcpy, Memset, Recorder, bases, resolve, symbol, tag_of
+from ort_ep_cuda.trace import Alias, Gemm, Launch, Memcpy, Memcpy2D, Memset, Recorder, bases, resolve, symbol, tag_of
 from test_cuda_codegen import _run_like_the_kernel
 
-import ort_core as ort
 from ort_core.memory import DeviceTensor
 
 DEVICE = cuda_device(0)
@@ -73,6 +72,8 @@ def _emulate(trace, table, memory: Memory, programs: dict, ctx: Context) -> None
     for c in trace.commands:
         if isinstance(c, Launch) and isinstance(programs[c.label], rowops.RowProgram):
             _run_like_the_row_kernel(programs[c.label], c, table, memory)
+        elif isinstance(c, Launch) and isinstance(programs[c.label], windows.WindowProgram):
+            _run_like_the_window_kernel(programs[c.label], c, table, memory)
         elif isinstance(c, Launch):
             program = programs[c.label]
             words = c.words.copy()
@@ -93,6 +94,10 @@ def _emulate(trace, table, memory: Memory, programs: dict, ctx: Context) -> None
                            beta=float(ffi.cast("float *", beta)[0]))
         elif isinstance(c, Memset):
             memory.array(resolve(table, c.address), c.nbytes, np.uint8)[:] = 0
+        elif isinstance(c, Memcpy2D):
+            for row in range(c.height):
+                dst = memory.array(resolve(table, c.dst) + row * c.dpitch, c.width, np.uint8)
+                dst[:] = memory.array(resolve(table, c.src) + row * c.spitch, c.width, np.uint8)
         elif isinstance(c, Memcpy):
             memory.array(resolve(table, c.dst), c.nbytes, np.uint8)[:] = memory.array(resolve(table, c.src), c.nbytes,
                                                                                       np.uint8)
@@ -118,13 +123,23 @@ def _run_like_the_row_kernel(program, c, table, memory: Memory) -> None:
         memory.array(int(words[n + 1]), rows * cols, np.float32)[:] = rowops.summed(arrays, "float32").reshape(-1)
 
 
+def _run_like_the_window_kernel(program, c, table, memory: Memory) -> None:
+    """The im2col / pooling kernel in numpy: its parameter words decoded as the CUDA struct reads them."""
+    x, y = (resolve(table, int(c.words[k])) for k in (0, 1))
+    g = windows.Geometry(*(int(v) for v in c.words[2:2 + len(windows.FIELDS)]))
+    assert int(c.words[-1]) == g.elements(program.kind)
+    source = memory.array(x, g.planes * g.channels * g.h * g.w, np.float32)
+    out = windows.reference(program, source, g).reshape(-1)
+    memory.array(y, out.size, np.float32)[:] = out
+
+
 def _run_recorded(model, feeds: dict[str, np.ndarray], tmp_path, views=()) -> tuple[list[np.ndarray], object]:
     sub = whole_subgraph(model)
     plan = plan_subgraph(sub)
     memory = Memory()
     constants = {}
     for name in plan.device_constants:  # uploaded as the executor does: Where's conditions as the data's type
-        value = np.asarray(sub.constants[name])
+        value = np.asarray(plan.made[name] if name in plan.made else sub.constants[name])
         constants[name] = memory.put(value.astype(plan.casts.get(name, value.dtype)))
     executor = _executor(tmp_path)
     compiled = Compiled(plan, {p.name: None for p in plan.programs}, constants)
@@ -136,10 +151,6 @@ def _run_recorded(model, feeds: dict[str, np.ndarray], tmp_path, views=()) -> tu
     _emulate(trace, table, memory, {p.name: p for p in plan.programs}, ctx)
     results = [memory.array(o.ptr, o.size, o.dtype).reshape(o.shape).copy() for o in ctx.outputs]
     return results, trace
-
-
-def _cpu(model, feeds):
-    return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feeds)
 
 
 def test_a_recorded_mlp_computes_what_the_cpu_provider_computes(tmp_path):
@@ -158,7 +169,7 @@ def test_a_recorded_mlp_computes_what_the_cpu_provider_computes(tmp_path):
     model = make_model(nodes, [("x", F32, (3, 2, 3))], [("y", F32, (6, 2)), ("r", F32, (3, 8))], inits)
     feeds = {"x": normal(3, 2, 3)}
     got, trace = _run_recorded(model, feeds, tmp_path)
-    for g, e in zip(got, _cpu(model, feeds)):
+    for g, e in zip(got, cpu_outputs(model, feeds)):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
     # the three intermediates (h, h2 and t2's kernel output, g) live in one block, sharing bytes where they can
     assert len(trace.scratch) >= 3 and trace.workspace < sum(-(-n // 256) * 256 for n in trace.scratch)
@@ -178,7 +189,7 @@ def test_recorded_row_kernels_compute_what_the_cpu_provider_computes(tmp_path):
                        extra_opsets=[("com.microsoft", 1)])
     feeds = {"x": rng.standard_normal((2, 3, 8)).astype(np.float32)}
     got, trace = _run_recorded(model, feeds, tmp_path)
-    np.testing.assert_allclose(got[0], _cpu(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[0], cpu_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
     assert [type(c).__name__ for c in trace.commands] == ["Gemm", "Launch", "Launch", "Launch"]
 
 
@@ -196,7 +207,7 @@ def test_recorded_transposes_splits_and_summed_skip_outputs_compute_what_the_cpu
                        extra_opsets=[("com.microsoft", 1)])
     feeds = {"x": rng.standard_normal((2, 3, 8)).astype(np.float32)}
     got, trace = _run_recorded(model, feeds, tmp_path)
-    for g, e in zip(got, _cpu(model, feeds)):
+    for g, e in zip(got, cpu_outputs(model, feeds)):
         np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-5)
 
 
@@ -207,7 +218,56 @@ def test_a_recorded_causal_mask_where_computes_what_the_cpu_provider_computes(tm
                        [("mask", mask), ("low", np.array(-1e4, np.float32))])
     feeds = {"x": np.random.default_rng(3).standard_normal((2, 4, 4)).astype(np.float32)}
     got, _ = _run_recorded(model, feeds, tmp_path)
-    np.testing.assert_allclose(got[0], _cpu(model, feeds)[0], rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got[0], cpu_outputs(model, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_recorded_cnn_computes_what_the_cpu_provider_computes(tmp_path):
+    rng = np.random.default_rng(4)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 2, 1, 0], strides=[2, 1], dilations=[1, 2]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Conv", ["p1", "w2"], ["c2"]),
+             helper.make_node("AveragePool", ["c2"], ["p2"], kernel_shape=[2, 2], pads=[1, 1, 0, 0],
+                              count_include_pad=1),
+             helper.make_node("AveragePool", ["c2"], ["p3"], kernel_shape=[2, 3], pads=[0, 1, 1, 1]),
+             helper.make_node("GlobalAveragePool", ["p2"], ["g"]), helper.make_node("Flatten", ["g"], ["f"]),
+             helper.make_node("Gemm", ["f", "w3", "b3"], ["y"], transB=1)]
+    model = make_model(nodes, [("x", F32, (2, 3, 9, 8))], [("y", F32, (2, 5)), ("p3", F32, None)],
+                       [("w1", normal(4, 3, 3, 2)), ("b1", normal(4)), ("w2", normal(6, 4, 1, 1)),
+                        ("w3", normal(5, 6)), ("b3", normal(5))])
+    feeds = {"x": normal(2, 3, 9, 8)}
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    for g, e in zip(got, cpu_outputs(model, feeds)):
+        np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+    launches = [c.label[:8] for c in trace.commands if isinstance(c, Launch)]
+    assert launches.count("ort_win_") == 5  # one im2col (the 1x1 convolution reads its input), four poolings
+
+
+def test_recorded_grouped_convolutions_batchnorm_concat_and_sum_compute_what_the_cpu_provider_computes(tmp_path):
+    rng = np.random.default_rng(5)
+
+    def normal(*shape):
+        return rng.standard_normal(shape).astype(np.float32)
+
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], group=2, pads=[1, 1, 1, 1]),
+             helper.make_node("BatchNormalization", ["c1", "s", "bb", "m", "v"], ["n1"], epsilon=1e-3),
+             helper.make_node("Relu", ["n1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2"], ["c2"], group=6, kernel_shape=[3, 3], pads=[1, 1, 1, 1]),
+             helper.make_node("Concat", ["c2", "x", "r1"], ["cat"], axis=1),
+             helper.make_node("Conv", ["cat", "w3"], ["c3"], group=4),
+             helper.make_node("Sum", ["c3", "c3", "b4"], ["y"])]
+    model = make_model(nodes, [("x", F32, (2, 4, 5, 6))], [("y", F32, (2, 8, 5, 6))],
+                       [("w1", normal(6, 2, 3, 3)), ("b1", normal(6)), ("s", normal(6)), ("bb", normal(6)),
+                        ("m", normal(6)), ("v", rng.uniform(0.5, 2, 6).astype(np.float32)), ("w2", normal(6, 1, 3, 3)),
+                        ("w3", normal(8, 4, 1, 1)), ("b4", normal(8, 1, 1))])
+    feeds = {"x": normal(2, 4, 5, 6)}
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    np.testing.assert_allclose(got[0], cpu_outputs(model, feeds)[0], rtol=1e-4, atol=1e-4)
+    assert sum(isinstance(c, Memcpy2D) for c in trace.commands) == 3
 
 
 def test_an_output_that_is_a_view_of_an_input_is_handed_out_or_copied(tmp_path):

@@ -2,10 +2,10 @@
 
 ``Executor`` belongs to one provider instance: it compiles (NVRTC, through the on-disk cache) and loads the
 plans' kernels at session creation, uploads the constants they read once, and makes the ContextKernel that
-runs a plan. A run records the plan's device work once per input signature (``trace``: every shape, stride
-and cuBLAS argument computed then) and afterwards only resolves addresses and enqueues the recorded commands on
-``ctx.stream``, or replays them as a CUDA graph (``graphs``, with ``enable_cuda_graph``). Written for a GPU:
-recording runs anywhere, nothing else here runs without one.
+runs a plan. A run records the plan's device work once per input signature (``record`` computes every
+shape, stride and cuBLAS argument then; ``trace`` holds the commands) and afterwards only resolves addresses
+and enqueues the recorded commands on ``ctx.stream``, or replays them as a CUDA graph (``graphs``, with
+``enable_cuda_graph``). Written for a GPU: nothing here runs without one.
 """
 
 from __future__ import annotations
@@ -21,16 +21,17 @@ import numpy as np
 from ort_core.memory import DeviceTensor
 from ort_core.plugins import ContextKernel, KernelContext, UnsupportedSubgraph
 
-from . import codegen, rowops, shapes
+from . import codegen, rowops, windows
 from . import cuda_api as api
 from .graphs import CudaGraph, NotCapturable
-from .kernels import Copy, Elementwise, Gemm, MatMul, Plan, Row, View
+from .kernels import Plan
 from .memory import CudaAllocator, CudaDataTransfer, cuda_device
 from .nvrtc import KernelCache
+from .record import StepRecorder
 from .runtime import DeviceInfo, Runtime
 from .stream import CudaStream
-from .trace import Alias, Launch, Memcpy, Memset, Recorder, Trace, bases, check_real, resolve, tag_of
 from .trace import Gemm as GemmCommand
+from .trace import Launch, Memcpy, Memcpy2D, Memset, Recorder, Trace, bases, check_real, resolve, tag_of
 
 BLAS_WORKSPACE = 32 << 20  # cuBLAS's recommendation for Hopper; less suffices on older GPUs
 MAX_SIGNATURES = 16  # recorded runs (and CUDA graphs) kept per compiled subgraph, least recently used dropped
@@ -129,7 +130,7 @@ class Executor:
                                       f"{', '.join(f'sm_{a}' for a in archs)}); install a newer nvidia-cuda-nvrtc")
         return self.info.arch
 
-    def kernel(self, program: codegen.Program | rowops.RowProgram) -> Any:
+    def kernel(self, program: codegen.Program | rowops.RowProgram | windows.WindowProgram) -> Any:
         """The loaded kernel of ``program`` (compiled or read from the cache, then loaded once)."""
         with self._lock:
             handle = self._kernels.get(program.name)
@@ -153,7 +154,7 @@ class Executor:
         kernels = {p.name: self.kernel(p) for p in plan.programs}
         on_device = {}
         for name in plan.device_constants:  # in this session's allocator: they count against gpu_mem_limit
-            value = np.asarray(constants[name])
+            value = np.asarray(plan.made[name] if name in plan.made else constants[name])
             if name in plan.casts:
                 value = value.astype(plan.casts[name])
             on_device[name] = DeviceTensor.empty(self.allocator, value.shape, value.dtype)
@@ -234,6 +235,10 @@ class Executor:
                 elif kind is Memset:
                     rt.check_cuda("cudaMemsetAsync", cudart.cudaMemsetAsync(
                         ffi.cast("void *", resolve(table, c.address)), 0, c.nbytes, handle))
+                elif kind is Memcpy2D:
+                    rt.check_cuda(f"cudaMemcpy2DAsync({c.height} rows of {c.width} bytes)", cudart.cudaMemcpy2DAsync(
+                        ffi.cast("void *", resolve(table, c.dst)), c.dpitch, ffi.cast("void *", resolve(table, c.src)),
+                        c.spitch, c.width, c.height, api.MEMCPY_DEFAULT, handle))
                 elif kind is Memcpy:
                     rt.check_cuda(f"cudaMemcpyAsync({c.nbytes} bytes, device -> device)", cudart.cudaMemcpyAsync(
                         ffi.cast("void *", resolve(table, c.dst)), ffi.cast("void *", resolve(table, c.src)),
@@ -245,46 +250,10 @@ class Executor:
 
     # ------------------------------------------------------------------------------------ record
     def _record(self, compiled: Compiled, ctx: KernelContext) -> Trace:
-        """Walk the plan with symbolic tensors (``trace``): every shape and argument is computed here, once."""
-        plan = compiled.plan
-        rec = Recorder(len(plan.inputs), len(plan.outputs), self.device)
-        env: dict[str, Any] = dict(compiled.constants)
-        for k, (name, value) in enumerate(zip(plan.inputs, ctx.inputs)):
-            env[name] = rec.input(k, value)
-        out_index = {name: k for k, name in enumerate(plan.outputs)}
-        written: set[str] = set()
-
-        def buffer(name: str, shape: tuple[int, ...], dtype: Any) -> DeviceTensor:
-            k = out_index.get(name)
-            if k is not None and k not in plan.views:
-                written.add(name)
-                return rec.output(k, shape, dtype)
-            return rec.scratch(shape, dtype)
-
-        for step in plan.steps:
-            if isinstance(step, Elementwise):
-                self._elementwise(step, compiled.kernels[step.program.name], env, buffer, rec)
-            elif isinstance(step, MatMul):
-                self._matmul(step, env, buffer, rec)
-            elif isinstance(step, Gemm):
-                self._gemm(step, compiled.kernels, env, buffer, rec)
-            elif isinstance(step, Row):
-                self._row(step, compiled.kernels[step.program.name], env, buffer, rec)
-            elif isinstance(step, Copy):
-                self._copy(step, compiled.kernels[step.program.name], env, buffer, rec)
-            else:
-                self._view(step, env)
-        for k, name in enumerate(plan.outputs):
-            if name in written:
-                continue
-            value = env[name]
-            if k in plan.views and ctx.may_view(k):
-                rec.add(Alias(k, value.ptr, value.shape, value.dtype, value.strides))
-                continue
-            dst = rec.output(k, value.shape, value.dtype)
-            if value.nbytes:
-                rec.add(Memcpy(dst.ptr, value.ptr, value.nbytes))
-        return self.finish(rec)
+        """Walk the plan with symbolic tensors (``record``): every shape and argument is computed here, once."""
+        steps = StepRecorder(self.info, self.use_tf32, self.rt.ffi, self.device)
+        return self.finish(steps.record(compiled.plan, compiled.kernels, compiled.constants, ctx.inputs,
+                                        ctx.may_view))
 
     def finish(self, rec: Recorder) -> Trace:
         """The recorded trace, its intermediates placed and its launches' cffi objects made."""
@@ -300,104 +269,6 @@ class Executor:
         return NativeLaunch(params, ffi.new("void *[1]", [ffi.cast("void *", params)]),
                             ffi.new("dim3 *", [c.grid, 1, 1]), ffi.new("dim3 *", [c.block, 1, 1]),
                             tuple(int(c.words[s]) for s in c.slots))
-
-    def _launch(self, kernel: Any, program: codegen.Program, pointers: list[int], shape: tuple[int, ...],
-                strides: list[list[int]], rec: Recorder) -> None:
-        n = int(np.prod(shape, dtype=np.int64))
-        cfg = codegen.launch_config(n, self.info.sm_count, self.info.max_threads_per_block)
-        if cfg is None:
-            return
-        words = codegen.pack_params(program, pointers, shape, strides)
-        rec.add(Launch(kernel, cfg.grid, cfg.block, words, tuple(range(len(pointers))), program.name))
-
-    def _elementwise(self, step: Elementwise, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
-        program = step.program
-        xs = [env[name] for name in step.inputs]
-        dtype = np.dtype(program.dtype)
-        for name, x in zip(step.inputs, xs):
-            if x.dtype != dtype:
-                raise TypeError(f"{step.labels[0]}: input '{name}' is {x.dtype}, the kernel was made for {dtype}")
-        shape = tuple(np.broadcast_shapes(*[x.shape for x in xs]))
-        # each step's own shape: every value written must have the kernel's index space as its shape
-        temps: list[tuple[int, ...]] = []
-        for _op, operands in program.steps:
-            temps.append(tuple(np.broadcast_shapes(*[xs[k].shape if kind == "in" else temps[k]
-                                                     for kind, k in operands])))
-        for j, name in zip(program.outputs, step.outputs):
-            if temps[j] != shape:
-                raise ValueError(f"{step.labels[j]}: '{name}' has shape {list(temps[j])}, not the fused kernel's "
-                                 f"{list(shape)}")
-        outs = [buffer(name, shape, dtype) for name in step.outputs]
-        index_shape = shape if shape else (1,)
-        strides = [codegen.broadcast_strides(x.shape, x.strides, x.dtype.itemsize, index_shape) for x in xs]
-        self._launch(kernel, program, [x.ptr for x in xs] + [o.ptr for o in outs], index_shape, strides, rec)
-        env.update(zip(step.outputs, outs))
-
-    def _row(self, step: Row, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
-        values = {role: env[name] for role, name in step.inputs.items()}
-        x = values["x"]
-        dtype = np.dtype(step.program.dtype)
-        for role, v in values.items():
-            if v.dtype != dtype:
-                raise TypeError(f"{step.label}: input '{step.inputs[role]}' is {v.dtype}, expected {dtype}")
-            if not v.is_contiguous:
-                raise ValueError(f"{step.label}: strided inputs are not supported by the row kernels")
-        if step.coerce_axis is not None:
-            axis = step.coerce_axis % max(x.ndim, 1)
-            rows, cols = int(np.prod(x.shape[:axis], dtype=np.int64)), int(np.prod(x.shape[axis:], dtype=np.int64))
-        else:
-            cols = x.shape[-1] if x.ndim else 1
-            rows = int(np.prod(x.shape[:-1], dtype=np.int64))
-        for role in ("gamma", "beta", "bias"):
-            if role in values and values[role].shape != (cols,):
-                raise ValueError(f"{step.label}: '{step.inputs[role]}' has shape {list(values[role].shape)}, expected "
-                                 f"[{cols}]")
-        if "skip" in values and values["skip"].shape != x.shape:
-            raise ValueError(f"{step.label}: the skip input has shape {list(values['skip'].shape)}, not the input's "
-                             f"{list(x.shape)}")
-        out = buffer(step.out, x.shape, dtype)
-        total = buffer(step.total, x.shape, dtype) if step.total else None
-        cfg = rowops.launch_config(rows, cols, self.info.sm_count, self.info.max_threads_per_block)
-        if cfg is not None:
-            words = rowops.pack(step.program, {role: v.ptr for role, v in values.items()}, out.ptr, rows, cols,
-                                step.eps, None if total is None else total.ptr)
-            n_ptr = len(step.program.inputs) + 1 + (total is not None)
-            rec.add(Launch(kernel, cfg.grid, cfg.block, words, tuple(range(n_ptr)), step.program.name))
-        env[step.out] = out
-        if total is not None:
-            env[step.total] = total
-
-    def _copy(self, step: Copy, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
-        """Transpose and Split: the Identity kernel reading ``src`` through permuted or offset strides."""
-        src = env[step.src]
-        if src.dtype != np.dtype(step.program.dtype) or not src.is_contiguous:
-            raise TypeError(f"{step.label}: the input is {src.dtype}{'' if src.is_contiguous else ' (strided)'}, "
-                            f"the kernel copies contiguous {step.program.dtype}")
-        strides = codegen.broadcast_strides(src.shape, None, src.dtype.itemsize, src.shape)  # C order, in elements
-        if step.op == "Transpose":
-            if len(step.perm) != src.ndim:
-                raise ValueError(f"{step.label}: perm {list(step.perm)} does not fit rank {src.ndim}")
-            shape = tuple(src.shape[p] for p in step.perm)
-            out = buffer(step.outs[0], shape, src.dtype)
-            self._launch(kernel, step.program, [src.ptr, out.ptr], shape, [[strides[p] for p in step.perm]], rec)
-            env[step.outs[0]] = out
-            return
-        dim, n = src.shape[step.axis], len(step.outs)
-        sizes = step.sizes
-        if sizes is None:
-            chunk = -(-dim // n)
-            sizes = (chunk,) * (n - 1) + (dim - chunk * (n - 1),)
-        if len(sizes) != n or sum(sizes) != dim or min(sizes) < 0:
-            raise ValueError(f"{step.label}: cannot split {dim} along axis {step.axis} into {list(sizes)} for {n} "
-                             "outputs")
-        start = 0
-        for name, size in zip(step.outs, sizes):
-            shape = src.shape[:step.axis] + (size,) + src.shape[step.axis + 1:]
-            out = buffer(name, shape, src.dtype)
-            offset = start * strides[step.axis] * src.dtype.itemsize
-            self._launch(kernel, step.program, [src.ptr + offset, out.ptr], shape, [strides], rec)
-            env[name] = out
-            start += size
 
     def _blas_handle(self) -> Any:
         if self._blas is None:
@@ -424,66 +295,3 @@ class Executor:
             status = rt.cublas.cublasGemmStridedBatchedEx(handle, *args)
             if status:
                 rt.check_cublas(f"cublasGemmStridedBatchedEx ({label})", status)
-
-    def _gemm_ex(self, call: shapes.GemmCall, a: DeviceTensor, b: DeviceTensor, c: DeviceTensor, alpha: float,
-                 beta: float, rec: Recorder, label: str) -> None:
-        ffi = self.rt.ffi
-        dtype = c.dtype
-        size = dtype.itemsize
-        kind = api.CUDA_R_16F if dtype == np.float16 else api.CUDA_R_32F
-        compute = api.CUBLAS_COMPUTE_32F_FAST_TF32 if self.use_tf32 and dtype == np.float32 else api.CUBLAS_COMPUTE_32F
-        args = (int(call.trans_a), int(call.trans_b), call.m, call.n, call.k, ffi.new("float *", alpha),
-                a.ptr + call.a_offset * size, kind, call.lda, call.stride_a,
-                b.ptr + call.b_offset * size, kind, call.ldb, call.stride_b, ffi.new("float *", beta),
-                c.ptr + call.c_offset * size, kind, call.ldc, call.stride_c, call.count, compute,
-                api.CUBLAS_GEMM_DEFAULT)
-        rec.add(GemmCommand(args, f"{label}: m={call.m} n={call.n} k={call.k} batch={call.count}"))
-
-    def _zero(self, t: DeviceTensor, rec: Recorder) -> None:
-        if t.nbytes:
-            rec.add(Memset(t.ptr, t.nbytes))
-
-    def _matrix_inputs(self, label: str, dtype: str, *xs: DeviceTensor) -> None:
-        for x in xs:
-            if x.dtype != np.dtype(dtype):
-                raise TypeError(f"{label}: an input is {x.dtype}, expected {dtype}")
-            if not x.is_contiguous:
-                raise ValueError(f"{label}: strided inputs are not supported by the cuBLAS path")
-
-    def _matmul(self, step: MatMul, env: dict, buffer, rec: Recorder) -> None:
-        a, b = env[step.a], env[step.b]
-        self._matrix_inputs(step.label, step.dtype, a, b)
-        out = buffer(step.out, shapes.matmul_shape(a.shape, b.shape), a.dtype)
-        k = a.shape[-1]
-        if k == 0:
-            self._zero(out, rec)
-        for call in shapes.matmul_calls(a.shape, b.shape) if k else []:
-            self._gemm_ex(call, b, a, out, 1.0, 0.0, rec, step.label)  # cuBLAS's A is the right operand
-        env[step.out] = out
-
-    def _gemm(self, step: Gemm, kernels: dict, env: dict, buffer, rec: Recorder) -> None:
-        a, b = env[step.a], env[step.b]
-        self._matrix_inputs(step.label, step.dtype, a, b)
-        m, n, k = shapes.gemm_shape(a.shape, b.shape, step.trans_a, step.trans_b)
-        out = buffer(step.out, (m, n), a.dtype)
-        beta = 0.0
-        if step.broadcast is not None and out.nbytes:
-            c = env[step.c]
-            strides = [codegen.broadcast_strides(c.shape, c.strides, c.dtype.itemsize, (m, n))]
-            self._launch(kernels[step.broadcast.name], step.broadcast, [c.ptr, out.ptr], (m, n), strides, rec)
-            beta = step.beta
-        if m and n and k == 0:  # an empty product: Y = beta * C
-            if beta == 0.0:
-                self._zero(out, rec)
-            elif beta != 1.0:
-                raise ValueError(f"{step.label}: K=0 with beta={beta} (not 0 or 1) is not supported")
-        elif m and n:
-            call = shapes.gemm_call(m, n, k, step.trans_a, step.trans_b)
-            self._gemm_ex(call, b, a, out, step.alpha, beta, rec, step.label)
-        env[step.out] = out
-
-    def _view(self, step: View, env: dict) -> None:
-        src = env[step.src]
-        if not src.is_contiguous:
-            raise ValueError(f"{step.label}: a view of a strided tensor is not supported")
-        env[step.out] = src.reshaped(step.shape_of(src.shape))

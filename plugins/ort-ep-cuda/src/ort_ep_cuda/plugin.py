@@ -13,7 +13,8 @@ from ort_core.plugins import Capability, ExecutionProvider, Preferences, Provide
 
 from . import __version__
 from . import runtime as rt
-from .kernels import plan_subgraph, unsupported_reason
+from .capability import unsupported_reason
+from .kernels import plan_subgraph
 from .memory import CudaAllocator, CudaDataTransfer, cuda_device
 from .nvrtc import KernelCache
 from .options import DEFAULTS, default_cache_dir, parse

@@ -80,6 +80,18 @@ class Memcpy:
 
 
 @dataclass
+class Memcpy2D:
+    """``height`` rows of ``width`` bytes, rows ``dpitch`` / ``spitch`` bytes apart (Concat's slices)."""
+
+    dst: int
+    dpitch: int
+    src: int
+    spitch: int
+    width: int
+    height: int
+
+
+@dataclass
 class Alias:
     """Output ``index`` handed out as a view of an input (no copy): its address, shape, dtype and strides."""
 
@@ -165,7 +177,7 @@ def addresses(command: Any) -> list[int]:
         return [command.args[k] for k in Gemm.ADDRESSES]
     if isinstance(command, Memset):
         return [command.address]
-    if isinstance(command, Memcpy):
+    if isinstance(command, (Memcpy, Memcpy2D)):
         return [command.dst, command.src]
     return [command.address]
 
