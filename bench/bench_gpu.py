@@ -3,8 +3,10 @@
 Per model and batch: where ort-core places the nodes (how many run on the GPU), the median latency of each
 configuration (ort-core CUDA plain and with CUDA graphs, float32 and TF32; onnxruntime's CUDA provider likewise
 when onnxruntime-gpu is installed; the CPU providers of both as the floor a GPU must beat), each configuration's
-ratio to onnxruntime's matching one, and the largest difference from ort-core's CPU provider. Rounds alternate
-the configurations, so the machine's ups and downs fall on all alike. onnxruntime is the yardstick only.
+ratio to onnxruntime's matching one, and the largest difference from ort-core's CPU provider. Timed as the
+latency bench times (``measure.timed``): rounds alternate the configurations with a pause before each, so the
+machine's ups and downs fall on all alike and no thread pool still spinning from the previous configuration is
+timed against the next. onnxruntime is the yardstick only.
 
   python bench/bench_gpu.py [MODEL ...] [--batches 1,32] [--runs N] [--markdown PATH]
 
@@ -19,7 +21,6 @@ import argparse
 import os
 import sys
 import tempfile
-import time
 import warnings
 
 import numpy as np
@@ -27,6 +28,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import measure  # noqa: E402
 import models as bench_models  # noqa: E402
 
 import ort_core  # noqa: E402
@@ -91,7 +93,7 @@ def session(runtime: str, path: str, providers: list):
         return ort_core.InferenceSession(path, providers=providers)
 
 
-def measure(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) -> list[dict]:
+def measure_model(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) -> list[dict]:
     path = model_path(name, batch, folder)
     rows, sessions = [], []
     for label, runtime, providers in configurations(ort_gpu):
@@ -107,15 +109,11 @@ def measure(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) -> lis
     for label, _, s in sessions:  # warm-up: records, captures graphs, picks cuBLAS algorithms
         for _ in range(3):
             results[label] = s.run(None, feeds)
-    times: dict[str, list[float]] = {label: [] for label, _, _ in sessions}
-    cpu_runs = max(3, runs // 10)
-    for r in range(runs):
-        for label, _, s in sessions:
-            if "CPU" in label and r >= cpu_runs:
-                continue
-            t = time.perf_counter()
-            s.run(None, feeds)
-            times[label].append(time.perf_counter() - t)
+    # measure.timed: rounds over the configurations, a pause before each (so that onnxruntime's spinning CPU
+    # threads are not timed against the next configuration), blocks of consecutive timed runs
+    fns = [lambda s=s: s.run(None, feeds) for _, _, s in sessions]
+    runs, block = measure.plan_runs(fns, runs, budget_s=20.0)
+    times = dict(zip([label for label, _, _ in sessions], measure.timed(fns, runs, block=block)))
     placed = ""
     for label, runtime, s in sessions:
         if runtime == "ort-core" and "CUDA" in label and not placed:
@@ -126,7 +124,7 @@ def measure(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) -> lis
     for label, runtime, _ in sessions:
         diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(e, np.float64))) /
                          max(float(np.max(np.abs(e))), 1e-30)) for g, e in zip(results[label], reference))
-        rows.append({"label": label, "median_ms": float(np.median(times[label])) * 1e3, "rel_diff": diff,
+        rows.append({"label": label, "median_ms": float(np.median(times[label])), "rel_diff": diff,
                      "placed": placed if runtime == "ort-core" and "CUDA" in label else ""})
     by_label = {r["label"]: r for r in rows if "median_ms" in r}
     for r in rows:
@@ -178,7 +176,7 @@ def main(argv=None) -> int:
         for name in args.models:
             for batch in [int(b) for b in args.batches.split(",")] if name == "mlp" else [1]:
                 print(f"{name} batch {batch} ...", flush=True)
-                all_rows[(name, batch)] = measure(name, batch, folder, args.runs, ort_gpu)
+                all_rows[(name, batch)] = measure_model(name, batch, folder, args.runs, ort_gpu)
     text = markdown(all_rows, f"{found[0].name} (sm_{found[0].arch})", ort_text)
     print(text)
     if args.markdown:

@@ -1,6 +1,7 @@
 """onnxruntime.quantization's configuration objects (StaticQuantConfig, DynamicQuantConfig) and
 ``quantize(model_input, model_output, quant_config)``, which hands them to quantize_static or
-quantize_dynamic. Weight-only (MatMulNBits) configurations are not offered."""
+quantize_dynamic. Weight-only (MatMulNBits) quantization has its own class, as in onnxruntime:
+``matmul_nbits_quantizer.MatMulNBitsQuantizer``."""
 
 from __future__ import annotations
 
@@ -47,7 +48,8 @@ def quantize(model_input, model_output, quant_config: QuantConfig):
     """Quantize ``model_input`` as ``quant_config`` (static or dynamic) says."""
     if not isinstance(quant_config, (StaticQuantConfig, DynamicQuantConfig)):
         raise TypeError(f"{type(quant_config).__name__} is not a StaticQuantConfig or DynamicQuantConfig "
-                        "(weight-only MatMulNBits quantization is not offered by ort_core.quantization)")
+                        "(for weight-only MatMulNBits quantization use "
+                        "ort_core.quantization.matmul_nbits_quantizer.MatMulNBitsQuantizer)")
     common = dict(weight_type=quant_config.weight_type, op_types_to_quantize=quant_config.op_types_to_quantize,
                   nodes_to_quantize=quant_config.nodes_to_quantize, nodes_to_exclude=quant_config.nodes_to_exclude,
                   per_channel=quant_config.per_channel, reduce_range=quant_config.reduce_range,
