@@ -8,6 +8,7 @@ import gc
 import pytest
 from threadpoolctl import threadpool_info
 
+from ort_core import threads
 from ort_core.limits import RunContext, run_context
 from ort_core.providers.cpu.ops import ml_tree_walk
 from ort_core.threads import BlasPool, available_cpus, budget_of
@@ -138,3 +139,63 @@ def test_a_session_collected_while_the_pool_is_busy_never_blocks_and_is_counted_
         assert len(pool._live) == 1
     assert pool.threads() == original and pool._live == {}  # counted out on the next use: BLAS as it was
     assert max(blas_threads()) == original
+
+
+class FakeBlas:
+    """threadpoolctl's controller, as far as BlasPool uses it: a BLAS library whose thread count is set."""
+
+    def __init__(self, threads: int) -> None:
+        self.num_threads = threads
+        self.lib_controllers = [self]
+        self.limits: list[int] = []
+
+    def select(self, user_api):
+        return self
+
+    def limit(self, limits, user_api):
+        self.limits.append(limits)
+        self.num_threads = limits
+
+
+def test_load_is_read_from_proc_loadavg_without_this_process():
+    assert threads.others_running("0.52 0.58 0.59 3/345 12345\n", own=1) == 2
+    assert threads.others_running("0.52 0.58 0.59 1/345 12345\n", own=2) == 0
+    assert threads.others_running("garbage", own=0) is None
+    assert [threads.fair_threads(4, others, 4) for others in (0, 1, 3, 9)] == [4, 3, 1, 1]
+    assert threads.fair_threads(16, 0, 8) == 8
+
+
+def test_under_load_blas_gets_the_cpus_left_and_its_threads_back_after(monkeypatch):
+    blas = FakeBlas(2)
+    pool = BlasPool()
+    monkeypatch.setattr(pool, "_blas_controller", lambda: blas)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    load = {"others": 0}
+    monkeypatch.setattr(threads, "others_running", lambda: load["others"])
+
+    def run():
+        pool._next_check = 0.0  # as if CHECK_INTERVAL had passed
+        pool.before_run()
+
+    default = Owner()
+    pool.register(default, 0)
+    run()
+    assert blas.limits == []  # idle: BLAS is left alone
+    load["others"] = 1
+    run()
+    assert blas.num_threads == 1
+    pool.before_run()  # within CHECK_INTERVAL: no new look
+    load["others"] = 0
+    run()
+    assert blas.limits == [1, 2]
+    explicit = Owner()
+    pool.register(explicit, 2)
+    load["others"] = 1
+    blas.limits.clear()
+    run()
+    assert blas.limits == []  # an explicit budget rules the pool: never lowered for load
+    del explicit
+    gc.collect()
+    monkeypatch.setenv(threads.ADAPTIVE_ENV, "0")
+    run()
+    assert blas.limits == []

@@ -286,6 +286,7 @@ class InferenceSession:
             names = list(output_names)
             self._check_output_names(names)
             want = [self._output_slots[n] for n in names]
+        BLAS.before_run()
         if self._profiler is not None:
             t0 = time.perf_counter_ns()
             results = self._plan.run(feeds, want, run_options)
@@ -675,6 +676,7 @@ def _run_placed(sess: InferenceSession, inputs: dict[str, Any], outputs: list[tu
     route = sess._plan.route(placed, tuple(outputs), sess._transfers.direct_copier)
     for name, value in on_device.items():
         feeds[route.inputs[name]] = value
+    BLAS.before_run()
     results = sess._plan.run(feeds, route.want, run_options, route)
     sess._check_computed(names, results)
     return results
