@@ -151,6 +151,8 @@ def bench(session: nox.Session) -> None:
     both CPU providers (bench/bench_gpu.py; needs an NVIDIA GPU; written to bench/results_gpu.md).
     `-- --contention [MODEL ...]`: latency with busy processes beside both runtimes, and how much it rises
     (bench/bench_contention.py; its own section of bench/results.md).
+    `-- --creation-scale`: session creation for chains of 1,000 to 10,000 nodes (bench/bench_creation_scale.py;
+    its own section of bench/results.md).
     `-- --ray [--rows N --cpus N ...]`: batch inference on a local Ray cluster instead (bench/bench_ray.py):
     rows/s against one process, for ort-core and onnxruntime in the same adapter, and the adapter against a
     hand-written map_batches loop; written as its own section of bench/results.md.
@@ -160,6 +162,11 @@ def bench(session: nox.Session) -> None:
         args.remove("--gpu")
         session.install(f"./{CORE}", f"./{CUDA}", "onnxruntime-gpu")
         session.run("python", "bench/bench_gpu.py", "--markdown", "bench/results_gpu.md", *args)
+        return
+    if "--creation-scale" in args:  # session creation against graph size (bench/bench_creation_scale.py)
+        args.remove("--creation-scale")
+        session.install(f"./{CORE}", "onnxruntime")
+        session.run("python", "bench/bench_creation_scale.py", *args)
         return
     if "--contention" in args:  # latency with busy processes beside it (bench/bench_contention.py)
         args.remove("--contention")
