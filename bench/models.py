@@ -19,7 +19,7 @@ LIGHT = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", 
 LIGHT_MODELS = ["resnet50", "densenet121", "inception_v2", "squeezenet", "shufflenet", "vgg19"]
 CONV = [*LIGHT_MODELS, "resnet18_seeded", "demo"]
 TRANSFORMERS = ["bert", "gpt2"]
-DEFAULT = [*CONV, *TRANSFORMERS, "lstm", "adds1000"]
+DEFAULT = [*CONV, *TRANSFORMERS, "lstm", "gru", "adds1000"]
 OPSET = 17
 
 
@@ -167,6 +167,23 @@ def lstm(seq: int = 128, batch: int = 1, input_size: int = 256, hidden: int = 51
     return b.model("lstm", [_float("x", [seq, batch, input_size])], [_float("y", [seq, batch, hidden])])
 
 
+def gru(seq: int = 128, batch: int = 1, input_size: int = 256, hidden: int = 512, layers: int = 2,
+        seed: int = 0) -> onnx.ModelProto:
+    """Stacked unidirectional ONNX GRUs as PyTorch exports them (gates zrh, linear_before_reset=1, biases Wb
+    and Rb), X (seq, batch, input_size) to the last layer's Y squeezed to (seq, batch, hidden)."""
+    b = _Builder(seed)
+    x, cin = "x", input_size
+    scale = 1.0 / math.sqrt(hidden)
+    for _ in range(layers):
+        w = b.const("W", b.rng.uniform(-scale, scale, (1, 3 * hidden, cin)))
+        r = b.const("R", b.rng.uniform(-scale, scale, (1, 3 * hidden, hidden)))
+        bias = b.const("B", b.rng.uniform(-scale, scale, (1, 6 * hidden)))
+        y = b.op("GRU", [x, w, r, bias], n_out=2, hidden_size=hidden, linear_before_reset=1)[0]
+        x, cin = b.op("Squeeze", [y, b.const("axes", [1], np.int64)]), hidden
+    b.output(x, "y")
+    return b.model("gru", [_float("x", [seq, batch, input_size])], [_float("y", [seq, batch, hidden])])
+
+
 def add_chain(nodes: int = 1000, width: int = 16, seed: int = 0) -> onnx.ModelProto:
     """``nodes`` tiny Adds on a (1, width) tensor: odd steps add a distinct constant, even steps add the
     graph input again, so no two constants meet and no folding (or re-association) can shrink it."""
@@ -214,7 +231,7 @@ def resnet18_seeded(seed: int = 0) -> onnx.ModelProto:
     return b.model("resnet18_seeded", [_float("input", [1, 3, 224, 224])], [_float("logits", [1, 1000])])
 
 
-BUILDERS = {"resnet18_seeded": resnet18_seeded, "bert": bert, "gpt2": gpt2, "lstm": lstm,
+BUILDERS = {"resnet18_seeded": resnet18_seeded, "bert": bert, "gpt2": gpt2, "lstm": lstm, "gru": gru,
             "adds1000": lambda: add_chain(1000)}
 
 

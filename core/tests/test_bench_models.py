@@ -37,9 +37,11 @@ SMALL = {
     "bert": lambda: models.bert(LAYERS, HIDDEN, HEADS, FFN, SEQ),
     "gpt2": lambda: models.gpt2(LAYERS, HIDDEN, HEADS, FFN, SEQ),
     "lstm": lambda: models.lstm(seq=SEQ, batch=2, input_size=24, hidden=32, layers=2),
+    "gru": lambda: models.gru(seq=SEQ, batch=2, input_size=24, hidden=32, layers=2),
     "adds": lambda: models.add_chain(40, width=16),
 }
-SHAPES = {"bert": (1, SEQ, HIDDEN), "gpt2": (1, SEQ, HIDDEN), "lstm": (SEQ, 2, 32), "adds": (1, 16)}
+SHAPES = {"bert": (1, SEQ, HIDDEN), "gpt2": (1, SEQ, HIDDEN), "lstm": (SEQ, 2, 32), "gru": (SEQ, 2, 32),
+          "adds": (1, 16)}
 
 
 def _ops(model: onnx.ModelProto) -> collections.Counter:
