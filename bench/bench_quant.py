@@ -1,5 +1,6 @@
 """int8 side by side: the bench models quantized with ort_core.quantization, timed on onnxruntime and on
-ort-core's CPU provider at float32 and int8, in one process and alternating rounds.
+ort-core's CPU provider at float32 and int8, in one process and alternating rounds; with the OpenVINO provider
+installed, also OpenVINO at float32 and at int8 (``enable_qdq_optimizer=true``: the whole QDQ graph).
 
 CNNs (resnet18_seeded, the light resnet50 and squeezenet, converted from opset 9 to 13 first: per-channel
 DequantizeLinear needs 13) are quantized static QDQ, weights int8 per channel, activations uint8,
@@ -38,6 +39,7 @@ from ort_core import quantization as q
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT = ["resnet18_seeded", "squeezenet", "resnet50", "bert"]
+OPENVINO = "OpenVINOExecutionProvider"
 CALIBRATION, HELD_OUT = 8, 16
 
 
@@ -120,6 +122,10 @@ def bench_model(model: str, ort, args, folder: str) -> dict:
                 "ort int8": lambda: ort.InferenceSession(qpath, providers=[measure.CPU]),
                 "core fp32": lambda: ort_core.InferenceSession(path, providers=["CPUExecutionProvider"]),
                 "core int8": lambda: ort_core.InferenceSession(qpath, providers=["CPUExecutionProvider"])}
+    if OPENVINO in ort_core.get_available_providers():  # the whole QDQ graph to OpenVINO (enable_qdq_optimizer)
+        sessions["ov fp32"] = lambda: ort_core.InferenceSession(path, providers=[OPENVINO, "CPUExecutionProvider"])
+        sessions["ov int8"] = lambda: ort_core.InferenceSession(
+            qpath, providers=[(OPENVINO, {"enable_qdq_optimizer": "true"}), "CPUExecutionProvider"])
     made = {k: _quiet(f) for k, f in sessions.items()}
     held = [models.feeds(inputs, seed=1000 + k) for k in range(HELD_OUT)]
     outs = {k: [o for f in held for o in s.run(None, f)] for k, s in made.items()}
@@ -127,6 +133,9 @@ def bench_model(model: str, ort, args, folder: str) -> dict:
     r["cos_ort"], r["argmax_ort"] = agreement(outs["ort fp32"], outs["ort int8"])
     r["cos_core_ort"], r["argmax_core_ort"] = agreement(outs["ort int8"], outs["core int8"])
     r["maxdiff_int8"] = max(float(np.abs(a - b).max()) for a, b in zip(outs["core int8"], outs["ort int8"]))
+    if "ov int8" in outs:
+        r["cos_ov_ort"], r["argmax_ov_ort"] = agreement(outs["ort int8"], outs["ov int8"])
+        r["ov_placed"] = _placed(made["ov int8"])
     feeds = held[0]
     fns = [lambda s=s: s.run(None, feeds) for s in made.values()]
     runs, block = measure.plan_runs(fns, args.runs, args.budget, min_runs=3 if args.quick else 7)
@@ -136,6 +145,12 @@ def bench_model(model: str, ort, args, folder: str) -> dict:
         r[k], r[k + " p90"] = measure.summary(t)
         r[k + " min"] = float(np.min(t))
     return r
+
+
+def _placed(sess) -> str:
+    info = sess.get_provider_graph_assignment_info()
+    on = sum(len(a.node_names) for a in info if a.provider == OPENVINO)
+    return f"{on}/{sum(len(a.node_names) for a in info)} nodes in {len(info)} subgraph(s)"
 
 
 def markdown(rows: list[dict], meta: dict) -> str:
@@ -165,6 +180,16 @@ def markdown(rows: list[dict], meta: dict) -> str:
         lines.append(f"| {r['name']} | {r['cos_core']:.5f} | {r['argmax_core']:.3f} | {r['cos_ort']:.5f} | "
                      f"{r['argmax_ort']:.3f} | {r['cos_core_ort']:.6f}, {r['argmax_core_ort']:.3f}, "
                      f"{r['maxdiff_int8']:.3g} | {r['mb_fp32']:.1f} | {r['mb_int8']:.1f} |")
+    ov = [r for r in rows if "ov int8" in r]
+    if ov:
+        lines += ["", "OpenVINO provider: float32, and int8 with `enable_qdq_optimizer=true` (the whole QDQ graph to "
+                  "OpenVINO), against onnxruntime's int8 on the same file:", "",
+                  "| model | OpenVINO fp32 ms | OpenVINO int8 ms | int8 / fp32 | int8 / ort int8 | placed (int8) "
+                  "| cosine, argmax vs ort int8 |", "|---|---|---|---|---|---|---|"]
+        for r in ov:
+            lines.append(f"| {r['name']} | {r['ov fp32']:.2f} | {r['ov int8']:.2f} | {r['ov int8'] / r['ov fp32']:.2f} "
+                         f"| {r['ov int8'] / r['ort int8']:.2f} | {r['ov_placed']} | {r['cos_ov_ort']:.5f}, "
+                         f"{r['argmax_ov_ort']:.3f} |")
     return "\n".join(lines) + "\n"
 
 

@@ -80,3 +80,72 @@ def test_per_tensor_qlinearconv_still_runs_on_openvino_and_matches():
     sess, got, want = run_both(qlinearconv(per_channel=False))
     assert [a.provider for a in sess.get_provider_graph_assignment_info()] == [NAME]
     assert np.abs(got.astype(np.int32) - want.astype(np.int32)).max() <= 1
+
+
+def _qdq_cnn(tmp_path):
+    """A small CNN quantized static QDQ (per-channel int8 weights) by ort_core.quantization; its path, the
+    scale of its output's last DequantizeLinear, and a feed."""
+    from ort_core.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    rng = np.random.default_rng(2)
+    f32 = TensorProto.FLOAT
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1]),
+             helper.make_node("Relu", ["c1"], ["r1"]),
+             helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], strides=[2, 2]),
+             helper.make_node("Relu", ["c2"], ["r2"]), helper.make_node("GlobalAveragePool", ["r2"], ["g"]),
+             helper.make_node("Flatten", ["g"], ["f"]), helper.make_node("Gemm", ["f", "w3", "b3"], ["y"])]
+    inits = [numpy_helper.from_array((rng.standard_normal(s) * 0.3).astype(np.float32), n) for n, s in
+             (("w1", (8, 3, 3, 3)), ("b1", (8,)), ("w2", (16, 8, 3, 3)), ("b2", (16,)), ("w3", (16, 10)),
+              ("b3", (10,)))]
+    graph = helper.make_graph(nodes, "cnn", [helper.make_tensor_value_info("x", f32, [1, 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", f32, [1, 10])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    fpath, qpath = tmp_path / "f.onnx", tmp_path / "q.onnx"
+    fpath.write_bytes(model.SerializeToString())
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            self.batches = iter([{"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)} for _ in range(4)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    quantize_static(str(fpath), str(qpath), Reader(), quant_format=QuantFormat.QDQ, per_channel=True)
+    import onnx
+
+    q = onnx.load(str(qpath))
+    inits = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    last = next(n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.output[0] == "y")
+    return str(qpath), float(inits[last.input[1]]), {"x": rng.standard_normal((1, 3, 16, 16)).astype(np.float32)}
+
+
+def test_enable_qdq_optimizer_hands_openvino_the_whole_qdq_graph(tmp_path):
+    path, out_scale, feeds = _qdq_cnn(tmp_path)
+    want = onnxruntime.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ort.OrtWarning)
+        plain = ort.InferenceSession(path, providers=[NAME, "CPUExecutionProvider"])
+        qdq = ort.InferenceSession(path, providers=[(NAME, {"enable_qdq_optimizer": "true"}), "CPUExecutionProvider"])
+    # by default QuantizeLinear is declined (OpenVINO's rounding near .5 differs), so the graph fragments
+    assert any(a.provider == "CPUExecutionProvider" and "QuantizeLinear" in a.op_types
+               for a in plain.get_provider_graph_assignment_info())
+    (whole,) = qdq.get_provider_graph_assignment_info()  # one OpenVINO subgraph: every node, weights still int8
+    assert whole.provider == NAME and "QuantizeLinear" in whole.op_types
+    import onnx
+
+    in_file = sum(n.op_type == "DequantizeLinear" for n in onnx.load(path).graph.node)
+    assert whole.op_types.count("DequantizeLinear") == in_file  # the weights' too: not folded back to float
+    got = qdq.run(None, feeds)[0]
+    # int8 arithmetic in both; OpenVINO may round a value near .5 the other way, one step at a time
+    np.testing.assert_allclose(got, want, rtol=0, atol=4 * out_scale)
+    assert got.argmax() == want.argmax()
+
+
+@pytest.mark.parametrize("value, expected", [("true", True), ("1", True), ("False", False), (False, False)])
+def test_enable_qdq_optimizer_is_parsed_and_keeps_qdq(value, expected):
+    from ort_ep_openvino.options import parse
+
+    assert parse({"enable_qdq_optimizer": value}).enable_qdq_optimizer is expected
+    with pytest.raises(ValueError, match="enable_qdq_optimizer='maybe': expected true or false"):
+        parse({"enable_qdq_optimizer": "maybe"})

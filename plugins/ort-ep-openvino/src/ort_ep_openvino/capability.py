@@ -127,17 +127,18 @@ class Context:
     """
 
     def __init__(self, opsets: dict[str, int], graph: Any,
-                 initializer: Callable[[str], np.ndarray | None]) -> None:
+                 initializer: Callable[[str], np.ndarray | None], qdq: bool = False) -> None:
         self.opsets, self.graph, self._initializer = opsets, graph, initializer
+        self.qdq = qdq  # enable_qdq_optimizer: QuantizeLinear's rounding deviation is accepted
         self._constant_nodes: dict[str, np.ndarray] | None = None
 
     @staticmethod
-    def of_view(view: Any) -> Context:
-        return Context(dict(view.opsets), view.graph, view.constant)
+    def of_view(view: Any, qdq: bool = False) -> Context:
+        return Context(dict(view.opsets), view.graph, view.constant, qdq)
 
     @staticmethod
-    def of_subgraph(sub: FusedSubgraph) -> Context:
-        return Context(dict(sub.opsets), sub.graph, sub.constants.get)
+    def of_subgraph(sub: FusedSubgraph, qdq: bool = False) -> Context:
+        return Context(dict(sub.opsets), sub.graph, sub.constants.get, qdq)
 
     def type_of(self, name: str) -> Any:
         return self.graph.type_of(name)
@@ -167,7 +168,7 @@ def static_reason(node: Any, ctx: Context) -> str | None:
     if node.subgraphs():
         return "attributes holding subgraphs are not offered to OpenVINO"
     why = _dtype_reason(node, ctx)
-    if why is None and op in DEVIATIONS:
+    if why is None and op in DEVIATIONS and not (ctx.qdq and op in QDQ_ACCEPTED):
         why = DEVIATIONS[op](node, ctx)
     return why
 
@@ -380,6 +381,10 @@ def _qlinearconv(node: Any, ctx: Context) -> str | None:
 def _always(reason: str) -> Callable[[Any, Context], str]:
     return lambda node, ctx: reason
 
+
+QDQ_ACCEPTED = {"QuantizeLinear"}
+"""Deviations ``enable_qdq_optimizer=true`` accepts: with QuantizeLinear claimed, a QDQ model reaches OpenVINO
+whole and runs in int8; a value within rounding distance of .5 may land one quantization step away."""
 
 DEVIATIONS: dict[str, Callable[[Any, Context], str | None]] = {
     "RNN": _rnn, "GRU": _rnn, "LSTM": _rnn,

@@ -20,7 +20,9 @@ PRECISIONS = {
 }
 # OPTIMIZATION_CAPABILITIES entry a device must list for a reduced precision
 PRECISION_CAPABILITY = {"BF16": "BF16", "FP16": "FP16"}
-DEFAULTS = {"device_type": "CPU", "precision": "FP32", "num_of_threads": 0, "num_streams": 0, "cache_dir": ""}
+DEFAULTS = {"device_type": "CPU", "precision": "FP32", "num_of_threads": 0, "num_streams": 0, "cache_dir": "",
+            "enable_qdq_optimizer": False}
+FLAGS = {"true": True, "1": True, "false": False, "0": False}
 
 
 @dataclass(frozen=True)
@@ -32,6 +34,7 @@ class Options:
     num_of_threads: int = 0  # 0: OpenVINO's default (every core)
     num_streams: int = 0  # 0: OpenVINO's default for its latency hint (one stream)
     cache_dir: str = ""
+    enable_qdq_optimizer: bool = False  # claim QuantizeLinear too: OpenVINO runs the whole QDQ graph in int8
 
     @property
     def devices(self) -> list[str]:
@@ -76,7 +79,10 @@ def parse(options: dict | None) -> Options:
             os.makedirs(cache_dir, exist_ok=True)
         except OSError as e:
             raise ValueError(f"cache_dir={options['cache_dir']!r}: cannot create it ({e})") from None
-    return Options(device, precision, threads, streams, cache_dir)
+    qdq = str(options.get("enable_qdq_optimizer", False)).strip().lower()
+    if qdq not in FLAGS:
+        raise ValueError(f"enable_qdq_optimizer={options['enable_qdq_optimizer']!r}: expected true or false")
+    return Options(device, precision, threads, streams, cache_dir, FLAGS[qdq])
 
 
 def _count(options: dict, key: str, minimum: int) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from ort_core.memory import HOST
-from ort_core.plugins import Capability, ExecutionProvider, ProviderInfo, provider_hooks
+from ort_core.plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, provider_hooks
 
 from . import __version__
 from . import runtime as rt
@@ -45,6 +45,11 @@ class OpenVINOProvider(ExecutionProvider):
         if budget and not self.opts.num_of_threads:  # the session's thread budget, unless our option says
             self.opts = dataclasses.replace(self.opts, num_of_threads=budget)
 
+    def preferences(self) -> Preferences:
+        # with enable_qdq_optimizer, quantized weights stay DequantizeLinear(int8 constant): OpenVINO's
+        # low-precision transformations need them to run convolutions and products in int8
+        return Preferences(keep_qdq=self.opts.enable_qdq_optimizer)
+
     def get_capability(self, graph):
         opts = self.opts
         nodes = graph.nodes()
@@ -53,7 +58,7 @@ class OpenVINOProvider(ExecutionProvider):
             # every node gets the reason; the session falls back to the next provider for all of them
             return Capability.from_reasons(nodes, lambda node: device_problem)
         PROBES.load(opts.cache_dir, probe_tag())
-        ctx, device = Context.of_view(graph), probe_device(opts)
+        ctx, device = Context.of_view(graph, opts.enable_qdq_optimizer), probe_device(opts)
         capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, device))
         if opts.cache_dir:
             PROBES.save(opts.cache_dir, probe_tag())
@@ -64,7 +69,7 @@ class OpenVINOProvider(ExecutionProvider):
         problem = device_reason(opts)
         if problem:
             raise RuntimeError(problem)
-        ctx, device = Context.of_subgraph(subgraph), probe_device(opts)
+        ctx, device = Context.of_subgraph(subgraph, opts.enable_qdq_optimizer), probe_device(opts)
         for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
             why = unsupported_reason(node, ctx, device)
             if why is not None:
