@@ -219,10 +219,7 @@ def main(argv=None) -> None:
     meta["load"] = (load0, os.getloadavg()[0])
     meta["runs"] = "/".join(str(r["runs"]) for r in rows)
     text = markdown(rows, meta) + "".join(f"\nFailed: {f}\n" for f in failed)
-    print(text)
-    if args.markdown:
-        with open(args.markdown, "w") as f:
-            f.write(text)
+    measure.publish(text, args.markdown)  # keeps the sections other scripts write there (quant_accuracy.py)
 
 
 if __name__ == "__main__":
