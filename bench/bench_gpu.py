@@ -1,6 +1,7 @@
 """ort-core's CUDA provider side by side with onnxruntime-gpu's, in one process, on the same models and inputs.
 
-Per model and batch: where ort-core places the nodes (how many run on the GPU), the median latency of each
+Per model and batch (1 and 32 by default; the CPU providers are timed at batch 1 only, and give the reference
+outputs at every batch): where ort-core places the nodes (how many run on the GPU), the median latency of each
 configuration (ort-core CUDA plain and with CUDA graphs, float32 and TF32; onnxruntime's CUDA provider likewise
 when onnxruntime-gpu is installed; the CPU providers of both as the floor a GPU must beat), each configuration's
 ratio to onnxruntime's matching one, and the largest difference from ort-core's CPU provider. Timed as the
@@ -56,17 +57,37 @@ def mlp(batch: int, width: int = 1024, layers: int = 4) -> onnx.ModelProto:
 
 
 def model_path(name: str, batch: int, folder: str) -> str:
+    """The model file at ``batch``: built at that batch (mlp, bert, gpt2), or a batch-1 file whose inputs'
+    and outputs' first dimension is rewritten, and whose Reshape targets starting with 1 start with 0 (copy
+    the input's batch) instead; a model with the batch baked in elsewhere fails, and its row says why."""
+    path = os.path.join(folder, f"{name}_b{batch}.onnx")
     if name == "mlp":
-        path = os.path.join(folder, f"mlp_b{batch}.onnx")
         onnx.save(mlp(batch), path)
-        return path
-    if batch != 1:
-        raise ValueError(f"{name}: only batch 1 is built here")
-    return bench_models.resolve(name, folder)
+    elif name in ("bert", "gpt2"):
+        onnx.save(getattr(bench_models, name)(batch=batch), path)
+    elif batch == 1:
+        return bench_models.resolve(name, folder)
+    else:
+        model = onnx.load(bench_models.resolve(name, folder))
+        for value in [*model.graph.input, *model.graph.output]:
+            dims = value.type.tensor_type.shape.dim
+            if dims and dims[0].HasField("dim_value") and dims[0].dim_value == 1:
+                dims[0].dim_value = batch
+        del model.graph.value_info[:]
+        inits = {t.name: t for t in model.graph.initializer}
+        for node in model.graph.node:  # a Reshape to [1, ...]: the batch baked in; 0 copies the input's instead
+            target = inits.get(node.input[1]) if node.op_type == "Reshape" and len(node.input) > 1 else None
+            if target is not None:
+                shape = numpy_helper.to_array(target).copy()
+                if shape.ndim == 1 and shape.size and shape[0] == 1:
+                    shape[0] = 0
+                    target.CopyFrom(numpy_helper.from_array(shape, target.name))
+        onnx.save(model, path)
+    return path
 
 
-def configurations(ort_gpu: bool) -> list[tuple[str, str, list]]:
-    """(label, runtime, providers) of every configuration measured."""
+def configurations(ort_gpu: bool, with_cpu: bool = True) -> list[tuple[str, str, list]]:
+    """(label, runtime, providers) of every configuration measured (the CPU providers only ``with_cpu``)."""
     out = []
     for tf32 in ("0", "1"):
         for graph in ("0", "1"):
@@ -76,8 +97,9 @@ def configurations(ort_gpu: bool) -> list[tuple[str, str, list]]:
             if ort_gpu:
                 out.append((label.replace("ort-core", "onnxruntime"), "onnxruntime",
                             [(CUDA, {"use_tf32": tf32, "enable_cuda_graph": graph}), "CPUExecutionProvider"]))
-    out.append(("ort-core CPU", "ort-core", ["CPUExecutionProvider"]))
-    out.append(("onnxruntime CPU", "onnxruntime", ["CPUExecutionProvider"]))
+    if with_cpu:
+        out.append(("ort-core CPU", "ort-core", ["CPUExecutionProvider"]))
+        out.append(("onnxruntime CPU", "onnxruntime", ["CPUExecutionProvider"]))
     return out
 
 
@@ -96,7 +118,7 @@ def session(runtime: str, path: str, providers: list):
 def measure_model(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) -> list[dict]:
     path = model_path(name, batch, folder)
     rows, sessions = [], []
-    for label, runtime, providers in configurations(ort_gpu):
+    for label, runtime, providers in configurations(ort_gpu, with_cpu=batch == 1):
         try:
             s = session(runtime, path, providers)
         except Exception as e:  # noqa: BLE001 - reported in the table, the others still run
@@ -104,7 +126,9 @@ def measure_model(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) 
             continue
         sessions.append((label, runtime, s))
     feeds = bench_models.feeds(sessions[0][2].get_inputs(), seed=0)
-    reference = next(s for label, _, s in sessions if label == "ort-core CPU").run(None, feeds)
+    cpu = next((s for label, _, s in sessions if label == "ort-core CPU"), None)
+    cpu = cpu or session("ort-core", path, ["CPUExecutionProvider"])  # batch > 1: one CPU run, the reference
+    reference = cpu.run(None, feeds)
     results = {}
     for label, _, s in sessions:  # warm-up: records, captures graphs, picks cuBLAS algorithms
         for _ in range(3):
@@ -153,7 +177,7 @@ def markdown(all_rows: dict, device: str, ort_gpu: str) -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("models", nargs="*", default=["mlp", "bert", "gpt2", "resnet50", "densenet121", "inception_v2"])
-    ap.add_argument("--batches", default="1,32", help="batch sizes for the mlp (the others run batch 1)")
+    ap.add_argument("--batches", default="1,32", help="batch sizes (the CPU providers are timed at batch 1 only)")
     ap.add_argument("--runs", type=int, default=50)
     ap.add_argument("--markdown", default=None, help="write the table here")
     args = ap.parse_args(argv)
@@ -174,9 +198,12 @@ def main(argv=None) -> int:
     all_rows = {}
     with tempfile.TemporaryDirectory() as folder:
         for name in args.models:
-            for batch in [int(b) for b in args.batches.split(",")] if name == "mlp" else [1]:
+            for batch in [int(b) for b in args.batches.split(",")]:
                 print(f"{name} batch {batch} ...", flush=True)
-                all_rows[(name, batch)] = measure_model(name, batch, folder, args.runs, ort_gpu)
+                try:
+                    all_rows[(name, batch)] = measure_model(name, batch, folder, args.runs, ort_gpu)
+                except Exception as e:  # noqa: BLE001 - one model must not cost the whole run
+                    all_rows[(name, batch)] = [{"label": "(all)", "error": f"{type(e).__name__}: {e}"[:160]}]
     text = markdown(all_rows, f"{found[0].name} (sm_{found[0].arch})", ort_text)
     print(text)
     if args.markdown:
