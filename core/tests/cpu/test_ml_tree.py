@@ -320,7 +320,7 @@ def strategy(request, monkeypatch):
     return request.param
 
 
-ALL_STRATEGIES = [None, "walk", "perfect", "gemm", "allnodes"]
+ALL_STRATEGIES = [None, "walk", "perfect", "gemm", "allnodes", "scalar"]
 
 
 @pytest.mark.parametrize("strategy", ALL_STRATEGIES, indirect=True)

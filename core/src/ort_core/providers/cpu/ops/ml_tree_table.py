@@ -155,6 +155,16 @@ class Forest:
             self._records[dtype] = rec
         return rec
 
+    def lists(self, dtype) -> tuple[list, list, list]:
+        """(base, feature, threshold) of every node as Python lists, for the scalar walk (thresholds in
+        ``dtype``, then as Python floats: comparing float32 values through float64 keeps their order)."""
+        key = ("lists", np.dtype(dtype))
+        got = self._perfect.get(key)
+        if got is None:
+            got = (self.base.tolist(), self.feature.tolist(), self.thresholds(np.dtype(dtype).type).tolist())
+            self._perfect[key] = got
+        return got
+
     def columns(self, dtype) -> tuple[np.ndarray, np.ndarray]:
         """Contiguous features (intp) and thresholds (``dtype``) of every node."""
         key = ("columns", np.dtype(dtype))

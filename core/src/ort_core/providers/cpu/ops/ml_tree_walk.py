@@ -14,6 +14,11 @@ three are Hummingbird's (Nakandala et al., OSDI 2020):
   loop over levels (Hummingbird's GEMM strategy, its path-matrix product tabulated, see _gemm_tables).
 - ``allnodes``: every node's comparison at once ([samples, nodes]), turned into a next-node table that
   the pairs then follow with one gather per level: the fewest numpy calls per level.
+- ``scalar``: no numpy at all: each (sample, tree) pair walks its path in plain Python over lists made once.
+  At batch 1 on a single tree every numpy call costs more than the whole path (a run of the bench's
+  depth-21 decision trees: 37 -> 17-21 us); with many trees or samples the Python steps add up and the
+  vectorized strategies win (``choose``: about 80 ns per step of a path). Plain
+  ``x <= t`` trees without NaN in the input only (other branch modes and missing-value tracks take ``walk``).
 
 Where each wins (bench/classic_ml.py's trees, one thread, batches 1/16/128/1000): ``perfect`` for
 balanced trees of modest depth (sklearn gradient boosting, depth 3; XGBoost, depth 6; a depth-12
@@ -48,7 +53,8 @@ MAX_THREADS = 4
 MIN_PAIRS_PER_THREAD = 1 << 15
 GEMM_MAX_DEPTH = 4  # path matrix [2**d - 1, 2**d] per tree position; comparisons for every padded node
 PERFECT_MAX_SLACK = 4.0  # padded positions per real node up to which the perfect walk is considered
-STRATEGIES = ("walk", "perfect", "gemm", "allnodes")
+STRATEGIES = ("walk", "perfect", "gemm", "allnodes", "scalar")
+SCALAR_NS_PER_STEP = 80  # one Python step of the scalar walk (2-core x86: 64-78 ns measured on 100-tree models)
 _COMPACT_MIN = 4096  # below this many active pairs numpy's per-call cost outweighs compacting
 _COMPACT_FRACTION = 0.4  # compact the active pairs once this share of them has finished (LightGBM: best of 0.15-0.6)
 
@@ -107,6 +113,8 @@ def choose(forest: Forest, n: int) -> str:
         return "perfect"
     pairs = n * t
     costs = {"walk": d * 4000 + pairs * forest.mean_depth * 4, "allnodes": n * m * 1.5 + d * 700}
+    if not forest.any_special:
+        costs["scalar"] = 1500 + pairs * max(forest.mean_depth, 1.0) * SCALAR_NS_PER_STEP
     if perfect_fits(forest):
         costs["perfect"] = d * 3500 + pairs * d * 3
     return min(costs, key=costs.get)
@@ -126,7 +134,24 @@ def leaves(forest: Forest, x: np.ndarray, strategy: str) -> np.ndarray:
     if forest.depth == 0 or n == 0 or t == 0:
         return np.broadcast_to(forest.roots, (n, t))
     check_nan = forest.any_nan_step and x.dtype.kind == "f" and bool(np.isnan(x).any())
+    if strategy == "scalar" and (forest.any_special or check_nan):
+        strategy = "walk"  # the scalar walk knows plain x <= t only
     return _STRATEGY[strategy](forest, x, check_nan).reshape(n, t)
+
+
+def _scalar(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
+    base, feature, threshold = forest.lists(x.dtype)
+    roots = forest.roots.tolist()
+    out = []
+    for row in x.tolist():
+        for node in roots:
+            while True:  # a leaf sends every sample to itself (its threshold is NaN: x <= NaN never holds)
+                nxt = base[node] + (row[feature[node]] <= threshold[node])
+                if nxt == node:
+                    break
+                node = nxt
+            out.append(node)
+    return np.array(out, dtype=np.intp)
 
 
 def _walk(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
@@ -255,4 +280,4 @@ def _gemm_tables(forest: Forest, dtype) -> tuple:
     return got
 
 
-_STRATEGY = {"walk": _walk, "perfect": _perfect, "gemm": _gemm, "allnodes": _allnodes}
+_STRATEGY = {"walk": _walk, "perfect": _perfect, "gemm": _gemm, "allnodes": _allnodes, "scalar": _scalar}
