@@ -140,16 +140,21 @@ def check_broadcast(label: str, *arrays: Any) -> None:
     """Refuse an element-wise result whose broadcast shape passes the limit (small inputs such as
     [N, 1] and [1, N] broadcast to N * N elements). Cheap when the inputs' sizes multiply to within
     the limit, which bounds every broadcast of them; exact otherwise."""
+    limit = _CURRENT.get().max_tensor_bytes
     if len(arrays) == 2 and type(arrays[0]) is np.ndarray and type(arrays[1]) is np.ndarray:  # the usual case
         a, b = arrays
-        if a.size * b.size * max(a.itemsize, b.itemsize) <= _CURRENT.get().max_tensor_bytes:
+        if a.size * b.size * max(a.itemsize, b.itemsize) <= limit:
             return
-    count, dtype = 1, np.dtype(np.uint8)
-    for x in arrays:
-        count *= int(np.size(x))
-        dtype = max(dtype, np.asarray(x).dtype if not hasattr(x, "dtype") else x.dtype, key=lambda d: d.itemsize)
-    if count * dtype.itemsize <= _CURRENT.get().max_tensor_bytes:
+    count, itemsize = 1, 1
+    for x in arrays:  # plain attribute reads: variadic ops (Sum, Max...) of tiny tensors call this per run
+        if type(x) is not np.ndarray and not (hasattr(x, "dtype") and hasattr(x, "size")):
+            x = np.asarray(x)
+        count *= int(x.size)
+        if x.dtype.itemsize > itemsize:
+            itemsize = x.dtype.itemsize
+    if count * itemsize <= limit:
         return
+    dtype = max((x.dtype if hasattr(x, "dtype") else np.asarray(x).dtype for x in arrays), key=lambda d: d.itemsize)
     try:
         shape = np.broadcast_shapes(*(np.shape(x) for x in arrays))
     except ValueError:

@@ -194,6 +194,23 @@ def test_array_feature_extractor_out_of_range():
         ours("ArrayFeatureExtractor", [np.zeros((2, 3), np.float32), np.array([3], np.int64)], {})
 
 
+def test_array_feature_extractor_with_constant_indices_in_a_session():
+    """Constant indices (checked once when the kernel is made) pick the same columns, and out-of-range ones
+    are still refused at run time, naming the node."""
+    def session(idx):
+        node = helper.make_node("ArrayFeatureExtractor", ["x", "idx"], ["y"], domain=ML, name="afe")
+        graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                                  [numpy_helper.from_array(np.array(idx, np.int64), "idx")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid(ML, 1)])
+        return ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    np.testing.assert_array_equal(session([2, 0, 2]).run(None, {"x": x})[0], x[:, [2, 0, 2]])
+    with pytest.raises(KernelError, match=r"afe.*indices \[3\] out of range for last dimension 3"):
+        session([3]).run(None, {"x": x})
+
+
 def test_feature_vectorizer():
     a = np.array([[1, 2, 3], [4, 5, 6]], np.float32)
     b = np.array([[7], [8]], np.int64)

@@ -17,6 +17,7 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
+from .contrib_matmul_nbits import constant_inputs
 from .ml_linear import ML
 
 
@@ -289,14 +290,27 @@ def _category_mapper(node: Node, opset: int):
 # --------------------------------------------------------------------------------------------
 
 @register("ArrayFeatureExtractor", since=1, domain=ML)
-def _array_feature_extractor(node: Node, opset: int):
-    """Picks the given indices along the last axis; a 1-D input gives a [1, n] result."""
+def _array_feature_extractor(node: Node, opset: int, graph=None):
+    """Picks the given indices along the last axis; a 1-D input gives a [1, n] result. Constant indices
+    (the usual case: converters write them as initializers) are flattened and their range found once."""
+    fixed = constant_inputs(node, graph, (1,))
+    if fixed is not None and isinstance(fixed[0], np.ndarray) and fixed[0].dtype.kind in "iu":
+        const = fixed[0].astype(np.int64).reshape(-1)
+        bounds = (int(const.min()), int(const.max())) if const.size else None
+    else:
+        const = bounds = None
+
     def kernel(x, indices):
         x = _tensor(node, x)
-        idx = _tensor(node, indices, "indices").astype(np.int64).reshape(-1)
         last = x.shape[-1] if x.ndim else 1
-        if idx.size and (idx.min() < 0 or idx.max() >= last):
-            raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
+        if const is not None:
+            idx = const
+            if bounds is not None and (bounds[0] < 0 or bounds[1] >= last):
+                raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
+        else:
+            idx = _tensor(node, indices, "indices").astype(np.int64).reshape(-1)
+            if idx.size and (idx.min() < 0 or idx.max() >= last):
+                raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
         rows = x.reshape(1, -1) if x.ndim <= 1 else x
         return (np.take(rows, idx, axis=-1),)
     return kernel
