@@ -150,38 +150,33 @@ def gpt2(layers: int = 12, hidden: int = 768, heads: int = 12, ffn: int = 3072, 
     return b.model("gpt2", [_float("x", [batch, seq, hidden])], [_float("y", [batch, seq, hidden])])
 
 
-def lstm(seq: int = 128, batch: int = 1, input_size: int = 256, hidden: int = 512, layers: int = 2,
-         seed: int = 0) -> onnx.ModelProto:
-    """Stacked unidirectional ONNX LSTMs (gates iofc, biases Wb and Rb), X (seq, batch, input_size) to
-    the last layer's Y squeezed to (seq, batch, hidden)."""
+def _recurrent(op: str, gates: int, n_out: int, seq: int, batch: int, input_size: int, hidden: int, layers: int,
+               seed: int, **attrs) -> onnx.ModelProto:
+    """Stacked unidirectional ONNX ``op`` layers (``gates`` gate blocks in W and R; biases Wb and Rb), X (seq,
+    batch, input_size) to the last layer's Y squeezed to (seq, batch, hidden)."""
     b = _Builder(seed)
     x, cin = "x", input_size
     scale = 1.0 / math.sqrt(hidden)
     for _ in range(layers):
-        w = b.const("W", b.rng.uniform(-scale, scale, (1, 4 * hidden, cin)))
-        r = b.const("R", b.rng.uniform(-scale, scale, (1, 4 * hidden, hidden)))
-        bias = b.const("B", b.rng.uniform(-scale, scale, (1, 8 * hidden)))
-        y = b.op("LSTM", [x, w, r, bias], n_out=3, hidden_size=hidden)[0]  # Y (seq, 1, batch, hidden)
+        w = b.const("W", b.rng.uniform(-scale, scale, (1, gates * hidden, cin)))
+        r = b.const("R", b.rng.uniform(-scale, scale, (1, gates * hidden, hidden)))
+        bias = b.const("B", b.rng.uniform(-scale, scale, (1, 2 * gates * hidden)))
+        y = b.op(op, [x, w, r, bias], n_out=n_out, hidden_size=hidden, **attrs)[0]  # Y (seq, 1, batch, hidden)
         x, cin = b.op("Squeeze", [y, b.const("axes", [1], np.int64)]), hidden
     b.output(x, "y")
-    return b.model("lstm", [_float("x", [seq, batch, input_size])], [_float("y", [seq, batch, hidden])])
+    return b.model(op.lower(), [_float("x", [seq, batch, input_size])], [_float("y", [seq, batch, hidden])])
+
+
+def lstm(seq: int = 128, batch: int = 1, input_size: int = 256, hidden: int = 512, layers: int = 2,
+         seed: int = 0) -> onnx.ModelProto:
+    """Stacked unidirectional ONNX LSTMs (gates iofc, biases Wb and Rb)."""
+    return _recurrent("LSTM", 4, 3, seq, batch, input_size, hidden, layers, seed)
 
 
 def gru(seq: int = 128, batch: int = 1, input_size: int = 256, hidden: int = 512, layers: int = 2,
         seed: int = 0) -> onnx.ModelProto:
-    """Stacked unidirectional ONNX GRUs as PyTorch exports them (gates zrh, linear_before_reset=1, biases Wb
-    and Rb), X (seq, batch, input_size) to the last layer's Y squeezed to (seq, batch, hidden)."""
-    b = _Builder(seed)
-    x, cin = "x", input_size
-    scale = 1.0 / math.sqrt(hidden)
-    for _ in range(layers):
-        w = b.const("W", b.rng.uniform(-scale, scale, (1, 3 * hidden, cin)))
-        r = b.const("R", b.rng.uniform(-scale, scale, (1, 3 * hidden, hidden)))
-        bias = b.const("B", b.rng.uniform(-scale, scale, (1, 6 * hidden)))
-        y = b.op("GRU", [x, w, r, bias], n_out=2, hidden_size=hidden, linear_before_reset=1)[0]
-        x, cin = b.op("Squeeze", [y, b.const("axes", [1], np.int64)]), hidden
-    b.output(x, "y")
-    return b.model("gru", [_float("x", [seq, batch, input_size])], [_float("y", [seq, batch, hidden])])
+    """Stacked unidirectional ONNX GRUs as PyTorch exports them (gates zrh, linear_before_reset=1)."""
+    return _recurrent("GRU", 3, 2, seq, batch, input_size, hidden, layers, seed, linear_before_reset=1)
 
 
 def add_chain(nodes: int = 1000, width: int = 16, seed: int = 0) -> onnx.ModelProto:

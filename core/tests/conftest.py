@@ -104,6 +104,32 @@ def install_fake_plugin(tmp_path, name: str, module_src: str | None, target: str
     sys.path.insert(0, str(tmp_path))
 
 
+def load_fake_plugin(tmp_path, fresh_registry, name: str, module_src: str, target: str):
+    """Install a fake plugin (``install_fake_plugin``), rescan the registry quietly and return its module with
+    its recorded ``EVENTS`` cleared."""
+    import importlib
+    import warnings
+
+    install_fake_plugin(tmp_path, name, module_src, target)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fresh_registry()
+    module = importlib.import_module(target)
+    module.EVENTS.clear()
+    return module
+
+
+def relu_sin_add_mul_model() -> onnx.ModelProto:
+    """y = (Sin(Relu(x)) + x) * x on float[4]: a provider taking all but Sin gets two subgraphs, the CPU
+    provider Sin between them."""
+    return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
+                       helper.make_node("Sin", ["r"], ["s"], name="sin"),
+                       helper.make_node("Add", ["s", "x"], ["a"], name="add"),
+                       helper.make_node("Mul", ["a", "x"], ["y"], name="mul")],
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+
+
 @pytest.fixture
 def relu_add_model():
     """y = Relu(x) + b with x: float[N, 4] and a constant b."""

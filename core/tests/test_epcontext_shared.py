@@ -11,7 +11,7 @@ import warnings
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import helper
 
 import ort_core as ort
 from ort_core.errors import InvalidArgument, InvalidGraph
@@ -19,7 +19,7 @@ from ort_core.ir.graph import Graph, Node
 from ort_core.plugins import ExecutionProvider, ProviderInfo
 from ort_core.plugins.provider import SessionContext
 
-from .conftest import install_fake_plugin, make_model
+from .conftest import load_fake_plugin, relu_sin_add_mul_model
 
 SHARING = "SharingExecutionProvider"
 pytestmark = pytest.mark.filterwarnings("ignore:provider assignment")
@@ -97,24 +97,7 @@ SHARING_SRC = """
 
 @pytest.fixture
 def sharing(tmp_path, fresh_registry):
-    install_fake_plugin(tmp_path, "sharing", SHARING_SRC, "ort_ep_sharing_mod")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fresh_registry()
-    import ort_ep_sharing_mod
-
-    ort_ep_sharing_mod.EVENTS.clear()
-    return ort_ep_sharing_mod
-
-
-def split_model():
-    """y = (Sin(Relu(x)) + x) * x: Sin is the CPU provider's, the rest the sharing provider's, in two subgraphs."""
-    return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
-                       helper.make_node("Sin", ["r"], ["s"], name="sin"),
-                       helper.make_node("Add", ["s", "x"], ["a"], name="add"),
-                       helper.make_node("Mul", ["a", "x"], ["y"], name="mul")],
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    return load_fake_plugin(tmp_path, fresh_registry, "sharing", SHARING_SRC, "ort_ep_sharing_mod")
 
 
 X = np.array([-2, -1, 1, 2], np.float32)
@@ -123,7 +106,7 @@ WANT = (np.sin(np.maximum(X, 0)) + X) * X
 
 def _save(tmp_path) -> str:
     path = str(tmp_path / "m.onnx")
-    onnx.save(split_model(), path)
+    onnx.save(relu_sin_add_mul_model(), path)
     return path
 
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ort_core as ort
 from ort_core.plugins import ExecutionProvider
 
-from .conftest import install_fake_plugin, make_model
+from .conftest import install_fake_plugin, load_fake_plugin, make_model, relu_sin_add_mul_model
 
 PICKY = "PickyExecutionProvider"
 
@@ -92,24 +92,7 @@ PICKY_SRC = """
 
 @pytest.fixture
 def picky(tmp_path, fresh_registry):
-    install_fake_plugin(tmp_path, "picky", PICKY_SRC, "ort_ep_picky_mod")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fresh_registry()
-    import ort_ep_picky_mod
-
-    ort_ep_picky_mod.EVENTS.clear()
-    return ort_ep_picky_mod
-
-
-def relu_sin_add_mul_model():
-    """y = (Sin(Relu(x)) + x) * x: Sin is the CPU provider's, the rest Picky's (in two subgraphs)."""
-    return make_model([helper.make_node("Relu", ["x"], ["r"], name="relu"),
-                       helper.make_node("Sin", ["r"], ["s"], name="sin"),
-                       helper.make_node("Add", ["s", "x"], ["a"], name="add"),
-                       helper.make_node("Mul", ["a", "x"], ["y"], name="mul")],
-                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    return load_fake_plugin(tmp_path, fresh_registry, "picky", PICKY_SRC, "ort_ep_picky_mod")
 
 
 def _expected(x):

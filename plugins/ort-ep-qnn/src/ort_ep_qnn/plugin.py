@@ -152,12 +152,17 @@ class QNNProvider(ExecutionProvider):
         return capability
 
     def _session_context(self) -> rt.Context:
+        return self._lazy_context("_context")
+
+    def _lazy_context(self, attr: str) -> rt.Context:
+        """The QNN context held in ``attr`` (``_context``: the session's graphs; ``_shared``: the graphs saved in
+        one shared context), made on first use."""
         with self._lock:
             if self.closed:
                 raise RuntimeError(f"{NAME}: the provider was closed with its session")
-            if self._context is None:
-                self._context = self.backend.create_context(self.opts.soc_model)
-            return self._context
+            if getattr(self, attr) is None:
+                setattr(self, attr, self.backend.create_context(self.opts.soc_model))
+            return getattr(self, attr)
 
     @property
     def sdk_version(self) -> str:
@@ -290,12 +295,7 @@ class QNNProvider(ExecutionProvider):
             return ctx
 
     def _shared_context(self) -> rt.Context:
-        with self._lock:
-            if self.closed:
-                raise RuntimeError(f"{NAME}: the provider was closed with its session")
-            if self._shared is None:
-                self._shared = self.backend.create_context(self.opts.soc_model)
-            return self._shared
+        return self._lazy_context("_shared")
 
     def export_context(self, subgraph):
         """For a subgraph compiled with ``ep.context_enable=1``: its graph in the context shared by the session's
