@@ -33,10 +33,6 @@ WINDOWS = {"Conv": 1, "MaxPool": 1, "AveragePool": 7, "GlobalAveragePool": 1}  #
 AFFINE = {"BatchNormalization": 9}  # inference form, constant statistics: x * a + b per channel
 
 
-def _label(node: Any) -> str:
-    return node.op_type if node.domain in ("", "ai.onnx") else f"{node.domain}::{node.op_type}"
-
-
 def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str], Any],
                        constant: Callable[[str], Any]) -> str | None:
     """Why this provider cannot run ``node`` (a short phrase), or None when it can.

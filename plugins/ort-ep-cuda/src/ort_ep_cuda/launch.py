@@ -11,6 +11,7 @@ and enqueues the recorded commands on ``ctx.stream``, or replays them as a CUDA 
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -82,8 +83,6 @@ class Compiled:
         try:
             graph = capture()
         except NotCapturable as e:
-            import warnings
-
             warnings.warn(f"CUDAExecutionProvider: enable_cuda_graph=1 but {e}; this subgraph runs without a "
                           "CUDA graph for these input shapes", stacklevel=2)
             graph = None
@@ -233,16 +232,21 @@ class Executor:
                         args[i] = ffi.cast("void *", resolve(table, args[i]))
                     self._blas_call(c.label, args, stream)
                 elif kind is Memset:
-                    rt.check_cuda("cudaMemsetAsync", cudart.cudaMemsetAsync(
-                        ffi.cast("void *", resolve(table, c.address)), 0, c.nbytes, handle))
+                    status = cudart.cudaMemsetAsync(ffi.cast("void *", resolve(table, c.address)), 0, c.nbytes, handle)
+                    if status:
+                        rt.check_cuda("cudaMemsetAsync", status)
                 elif kind is Memcpy2D:
-                    rt.check_cuda(f"cudaMemcpy2DAsync({c.height} rows of {c.width} bytes)", cudart.cudaMemcpy2DAsync(
+                    status = cudart.cudaMemcpy2DAsync(
                         ffi.cast("void *", resolve(table, c.dst)), c.dpitch, ffi.cast("void *", resolve(table, c.src)),
-                        c.spitch, c.width, c.height, api.MEMCPY_DEFAULT, handle))
+                        c.spitch, c.width, c.height, api.MEMCPY_DEFAULT, handle)
+                    if status:  # the message is made only for a failure: this loop is every run's
+                        rt.check_cuda(f"cudaMemcpy2DAsync({c.height} rows of {c.width} bytes)", status)
                 elif kind is Memcpy:
-                    rt.check_cuda(f"cudaMemcpyAsync({c.nbytes} bytes, device -> device)", cudart.cudaMemcpyAsync(
-                        ffi.cast("void *", resolve(table, c.dst)), ffi.cast("void *", resolve(table, c.src)),
-                        c.nbytes, api.MEMCPY_DEFAULT, handle))
+                    status = cudart.cudaMemcpyAsync(ffi.cast("void *", resolve(table, c.dst)),
+                                                    ffi.cast("void *", resolve(table, c.src)), c.nbytes,
+                                                    api.MEMCPY_DEFAULT, handle)
+                    if status:
+                        rt.check_cuda(f"cudaMemcpyAsync({c.nbytes} bytes, device -> device)", status)
                 else:  # Alias: an output handed out as a view of an input
                     source = ctx.inputs[tag_of(c.address) - 1]
                     ctx.outputs[c.index] = DeviceTensor(resolve(table, c.address), c.shape, c.dtype, self.device,
