@@ -468,3 +468,18 @@ def test_bert_key_mask_of_int64_ids_becomes_the_attention_mask_index():
     ops, ref = run_both(model, feeds)
     assert ops.count("Attention") == 2 and "SelfAttention" not in ops and ops.count("Cast") == 2  # the model's + one
     np.testing.assert_allclose(_onnxruntime_runs_the_optimized_model(model, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
+
+
+def test_a_provider_declaring_gelu_only_gets_gelu_and_keeps_the_bias_add():
+    """Fused ops made for a provider's declared set (early fusion): with only com.microsoft::Gelu allowed, the
+    bias Add before the erf chain stays a standard node rather than making a BiasGelu nobody declared."""
+    from ort_core.ir.load import load_model
+    from ort_core.optimizer.cpu_fusion import fuse_nodes
+
+    model = load_model(bert_model(layers=1), infer_shapes="in_process")
+    every = {n.id for n in model.graph.nodes}
+    n_add = sum(n.op_type == "Add" for n in model.graph.nodes)
+    fuse_nodes(model, every, frozenset({"com.microsoft::Gelu"}))
+    ops = [n.op_type for n in model.graph.nodes]
+    assert ops.count("Gelu") == 1 and "BiasGelu" not in ops and "Erf" not in ops
+    assert ops.count("Add") == n_add - 1  # the erf chain's "1 +" went into Gelu; the bias Add is kept

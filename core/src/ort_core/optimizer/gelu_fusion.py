@@ -22,11 +22,11 @@ def fuse_gelus(m: Matcher) -> int:
         if found is not None:
             nodes, x, out = found
             inputs = [x]
-            add = m.producer(x, "Add")
+            erf = node.op_type == "Erf"
+            add = m.producer(x, "Add") if m.makes("BiasGelu" if erf else "FastGelu", CONTRIB) else None
             biased = m.biased(add)
             if biased is not None and m.closed([add, *nodes], {out}, list(biased)):
                 nodes, inputs = [add, *nodes], list(biased)  # the bias joins the op, as onnxruntime fuses it
-            erf = node.op_type == "Erf"
             op = ("BiasGelu" if len(inputs) == 2 else "Gelu") if erf else "FastGelu"
             count += m.replace(nodes, op, inputs, [out], {}, domain=CONTRIB) is not None
     return count

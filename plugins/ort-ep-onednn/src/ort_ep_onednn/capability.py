@@ -46,6 +46,9 @@ SAME_TYPE_OPS = frozenset([*ELTWISE_OPS, *BINARY_OPS, "BatchNormalization", "Max
 Y_ZERO_POINT = {"QLinearConv": 7, "QLinearMatMul": 7, "QLinearAdd": 7, "QLinearMul": 7, "QLinearGlobalAveragePool": 4,
                 "QLinearAveragePool": 4, "QLinearLeakyRelu": 4, "QLinearSigmoid": 4, "QLinearSoftmax": 4,
                 "QLinearConcat": 1, "QLinearReduceMean": 4, "QLinearWhere": 8, "QGemm": 8}
+# fused ops of the core's optimizer lowered as their ONNX namesake (com.microsoft's Gelu is the erf GELU, ONNX's
+# Gelu with approximate="none"); declared in the provider's preferences, so they are made before partitioning
+FUSED_OPS = frozenset([("com.microsoft", "Gelu")])
 # ops whose every output is computed (others: only the first)
 MULTI_OUTPUT = {"Split"}
 
@@ -58,6 +61,7 @@ class Context:
         self._constant_nodes: dict[str, np.ndarray] | None = None
         self._elems: dict[str, np.dtype | None] | None = None
         self._producers: dict[str, Any] = {}
+        self._readers: dict[str, list] | None = None
 
     def constant(self, name: str) -> np.ndarray | None:
         if not name:
@@ -68,6 +72,12 @@ class Context:
                 self._constant_nodes = constant_node_values(self.graph)
             value = self._constant_nodes.get(name)
         return None if value is None else np.asarray(value)
+
+    def readers(self, name: str) -> list:
+        """The nodes reading ``name`` (nested graph bodies included)."""
+        if self._readers is None:
+            self._readers = self.graph.consumers()
+        return self._readers.get(name, [])
 
     def elem(self, name: str) -> np.dtype | None:
         """The element type of ``name``: the graph's static type, else inferred through its producer
@@ -147,7 +157,7 @@ def rule_reason(node: Any, ctx: Context, lib: Library | None = None) -> str | No
         if lib is not None and not lib.has_vnni and op == "QGemm":
             return f"QGemm: this CPU has no VNNI ({lib.isa_name()})"
         return quant_reason(node, ctx)
-    if not is_onnx_domain(node.domain):
+    if not is_onnx_domain(node.domain) and (node.domain, op) not in FUSED_OPS:
         return f"domain '{node.domain}' has no oneDNN lowering"
     if op in QUANT_OPS:
         if node.subgraphs():

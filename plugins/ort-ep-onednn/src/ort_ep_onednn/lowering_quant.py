@@ -471,10 +471,11 @@ class QuantOps:
 
     def _int8_conv(self, node: Any, x: Val, x_zp: int, w_q: np.ndarray, bias: np.ndarray | None,
                    mult: np.ndarray | None, act, out_dt: int, y_zp: int | None, out_name: str,
-                   shift: np.ndarray | None = None) -> None:
-        """A Conv of ``x`` (u8/s8, zero point ``x_zp``) with int8 weights ``w_q`` (zero point already
-        subtracted), float32 ``bias`` added to the int32 sum, then times ``mult`` (None: no scaling), the
-        activation and, for an integer result, rounding and ``y_zp``; the result is ``out_name``."""
+                   shift: np.ndarray | None = None, binaries=()) -> None:
+        """A Conv of ``x`` (u8/s8, zero point ``x_zp``: an int or a run-time value) with int8 weights ``w_q``
+        (zero point already subtracted), float32 ``bias`` added to the int32 sum, then times ``mult`` (None:
+        no scaling), the activation and, for an integer result, rounding and ``y_zp``; ``binaries``: float32
+        post-op operands after that; the result is ``out_name``."""
         lib = self.lib
         w_shape = w_q.shape
         group, kernel, strides, dil, pl, pr, out_sp = conv_window(node, x.shape, w_shape)
@@ -485,6 +486,7 @@ class QuantOps:
         post, extra = P.PostOps(), []
         if mult is not None:
             self._requant(post, extra, mult, len(y_shape), 1, act, y_zp, shift)
+        self._post_binaries(post, extra, binaries)
         zp_attr, zp_args = self._zp_arg(x_zp)
         w_dims = (group, M // group, Cg, *kernel) if group > 1 else tuple(w_shape)
         w_val = self._const_val(np.ascontiguousarray(w_q, np.int8).reshape(w_dims))
@@ -533,32 +535,103 @@ class QuantOps:
         ins = list(node.inputs) + [""] * (4 - len(node.inputs))
         x = self._int_val(ins[0], "ConvInteger x")
         w = self._qconst(ins[1], "ConvInteger weights")
-        x_zp = self._qconst(ins[2], "x_zero_point")
         w_zp = self._qconst(ins[3], "w_zero_point")
-        if x_zp is not None and x_zp.size != 1:
-            raise Unsupported("ConvInteger x_zero_point is not per-tensor")
+        if ins[2] and self.constant(ins[2]) is None:  # known at run time (dynamic quantization)
+            x_zp = self._int_val(ins[2], "ConvInteger x_zero_point")
+            if x_zp.shape not in ((), (1,)):
+                raise Unsupported("ConvInteger x_zero_point is not per-tensor")
+        else:
+            zp = self.constant(ins[2])
+            if zp is not None and zp.size != 1:
+                raise Unsupported("ConvInteger x_zero_point is not per-tensor")
+            x_zp = 0 if zp is None else int(zp.reshape(-1)[0])
         w_zp = np.zeros(1, np.int64) if w_zp is None else w_zp.reshape(-1)
         w_q = shifted_weights(w, w_zp, 0)
-        self._check_exact_sum(w_q, x.mem.md.data_type(), 0 if x_zp is None else int(x_zp.reshape(-1)[0]), (1, 2, 3, 4))
-        self._int8_conv(node, x, 0 if x_zp is None else int(x_zp.reshape(-1)[0]), w_q, None, None, None, E.DT_S32,
-                        None, node.outputs[0])
+        if self._to_float_group(node, len(x.shape), 1, w.shape[0], lambda binaries, out: self._int8_conv(
+                node, x, x_zp, w_q, None, None, None, E.DT_F32, None, out, binaries=binaries)):
+            return
+        if not self.probe:  # a probe lowers the node alone: capability's rules judged its reader and sums
+            if isinstance(x_zp, Val):
+                raise Unsupported("ConvInteger with a run-time x_zero_point whose sum is not read as float32")
+            self._check_exact_sum(w_q, x.mem.md.data_type(), x_zp, (1, 2, 3, 4))
+        self._int8_conv(node, x, x_zp, w_q, None, None, None, E.DT_S32, None, node.outputs[0])
 
-    def _check_exact_sum(self, w_q: np.ndarray, src_dt: int, x_zp: int, reduce_axes) -> None:
-        """oneDNN hands its int32 sums to an int32 result through float32: decline where a sum could
-        pass 2**24 (bounded by the weights' absolute sums and the largest |x - zero point|)."""
-        lo, hi = (0, 255) if src_dt == E.DT_U8 else (-128, 127)
-        xmax = (hi - lo) if x_zp is None else max(abs(lo - x_zp), abs(hi - x_zp))
-        axes = tuple(a for a in reduce_axes if a < w_q.ndim)
-        if float(np.abs(w_q.astype(np.int64)).sum(axis=axes).max(initial=0)) * xmax >= EXACT_F32:
-            raise Unsupported("its int32 sums could pass 2**24, which oneDNN's int32 result would round")
+    def _check_exact_sum(self, w_q: np.ndarray, src_dt: int, x_zp: int | None, reduce_axes) -> None:
+        why = exact_sum_reason(w_q, src_dt == E.DT_U8, x_zp, reduce_axes)
+        if why:
+            raise Unsupported(why)
 
     # ------------------------------------------------------------------ int8 matmul
 
+    def _float_tail(self, out: str, rank: int, axis: int, n: int) -> tuple[list, list[tuple[int, Val]], str] | None:
+        """What turns an int32 sum (rank ``rank``, ``n`` channels along ``axis``) into float32 in dynamically
+        quantized models: a Cast to float32, then up to two Mul/Add with a float32 operand that varies along
+        ``axis`` at most (the run-time scale ``x_scale * w_scale``, a bias). Returns (nodes, [(binary alg,
+        operand as a rank-``rank`` value)], the last output), or None when ``out`` is not read by such a Cast
+        alone."""
+        cast = self._sole_consumer(out)
+        if cast is None or cast.op_type != "Cast" or not is_onnx_domain(cast.domain) \
+                or cast.attr("to") != TensorProto.FLOAT:
+            return None
+        nodes, ops, cur = [cast], [], cast.outputs[0]
+        for _ in range(2):
+            nxt = self._sole_consumer(cur)
+            if nxt is None or nxt.op_type not in ("Mul", "Add") or not is_onnx_domain(nxt.domain) \
+                    or len(nxt.inputs) != 2 or "axis" in nxt.attrs or nxt.attr("broadcast", 0):
+                break
+            other = nxt.inputs[1] if nxt.inputs[0] == cur else nxt.inputs[0]
+            val = self._float_operand(other)
+            if val is None or len(val.shape) > rank:
+                break
+            dims = (1,) * (rank - len(val.shape)) + tuple(val.shape)
+            if any(d != 1 for k, d in enumerate(dims) if k != axis) or dims[axis] not in (1, n):
+                break
+            src = val.mem if val.mem.buf.kind == "const" else self.plain(val, nxt.label)
+            ops.append((E.BINARY_MUL if nxt.op_type == "Mul" else E.BINARY_ADD,
+                        Val(dims, self._mem(P.plain_md(self.lib, dims), src.buf))))
+            nodes.append(nxt)
+            cur = nxt.outputs[0]
+        return nodes, ops, cur
+
+    def _float_operand(self, name: str) -> Val | None:
+        """``name`` as a float32 value (a constant, or computed in this subgraph), else None."""
+        c = self.constant(name)
+        if c is not None:
+            return self._const_val(c) if c.dtype == np.float32 else None
+        if name not in self.vals and name not in self.producer:
+            return None
+        try:
+            val = self.get(name)
+        except Unsupported:
+            return None
+        return val if val.mem.md.data_type() == E.DT_F32 else None
+
+    @staticmethod
+    def _post_binaries(post: P.PostOps, extra: list, binaries) -> None:
+        for alg, val in binaries:
+            idx = post.binary(alg, val.mem.md)
+            extra.append((E.arg_post_op(idx) | E.ARG_SRC_1, val.mem))
+
+    def _to_float_group(self, node: Any, rank: int, axis: int, n: int, build) -> bool:
+        """Lower ``node`` (MatMulInteger, ConvInteger) with its float tail as one step with a float32
+        result, through ``build(binaries, out_name)``; False when its sum is not read that way."""
+        tail = self._float_tail(node.outputs[0], rank, axis, n)
+        if tail is None:
+            return False
+        nodes, binaries, out = tail
+        build(binaries, out)  # oneDNN's float32 result rounds the sum as the Cast would
+        for n_ in nodes:
+            self._absorb(n_)
+        key = f"{node.op_type} to float32"
+        self.fused[key] = self.fused.get(key, 0) + 1
+        return True
+
     def _int8_matmul(self, node: Any, a: Val, a_zp, b_q: np.ndarray, bias: np.ndarray | None,
                      mult: np.ndarray | None, act, out_dt: int, y_zp: int | None, out_name: str,
-                     trans_b: bool = False) -> None:
+                     trans_b: bool = False, binaries: list[tuple[int, Val]] = ()) -> None:
         """MatMul of ``a`` (u8/s8, rank >= 2, zero point ``a_zp``) and constant int8 ``b_q`` (2-D, zero
-        point subtracted; ``trans_b``: given as (N, K)), then as ``_int8_conv``."""
+        point subtracted; ``trans_b``: given as (N, K)), then as ``_int8_conv``; ``binaries``: float32
+        post-op operands (broadcast along the last axis) applied after that."""
         lib = self.lib
         if len(a.shape) < 2 or b_q.ndim != 2 or 0 in a.shape or 0 in b_q.shape:
             raise Unsupported(f"{node.op_type}: A of rank < 2 or B not 2-D")
@@ -573,6 +646,7 @@ class QuantOps:
         post, extra = P.PostOps(), []
         if mult is not None:
             self._requant(post, extra, mult, r, r - 1, act, y_zp)
+        self._post_binaries(post, extra, binaries)
         zp_attr, zp_args = self._zp_arg(a_zp)
         a_mem = self.as_md(a, P.plain_md(lib, a_dims, a.mem.md.data_type()), f"{node.op_type} A")
         bias_val = None
@@ -627,12 +701,16 @@ class QuantOps:
             azp = self._int_val(ins[2], "MatMulInteger a_zero_point")
             if azp.shape not in ((), (1,)):
                 raise Unsupported("MatMulInteger a_zero_point is not per-tensor")
-            self._check_exact_sum(b_q, a.mem.md.data_type(), None, (0,))
         else:
             if a_zp.size != 1:
                 raise Unsupported("MatMulInteger a_zero_point is not per-tensor")
             azp = int(a_zp.reshape(-1)[0])
-            self._check_exact_sum(b_q, a.mem.md.data_type(), azp, (0,))
+        r = max(len(a.shape), 2)
+        if self._to_float_group(node, r, r - 1, b.shape[1], lambda binaries, out: self._int8_matmul(
+                node, a, azp, b_q, None, None, None, E.DT_F32, None, out, binaries=binaries)):
+            return
+        if not self.probe:  # as in ConvInteger
+            self._check_exact_sum(b_q, a.mem.md.data_type(), None if isinstance(azp, Val) else azp, (0,))
         self._int8_matmul(node, a, azp, b_q, None, None, None, E.DT_S32, None, node.outputs[0])
 
     # ------------------------------------------------------------------ QDQ groups
@@ -772,6 +850,40 @@ class QuantOps:
         return True
 
 
+def exact_sum_reason(w_q: np.ndarray, unsigned: bool, x_zp: int | None, reduce_axes) -> str | None:
+    """oneDNN hands its int32 sums to an int32 result through float32: why a sum could pass 2**24 (bounded
+    by the weights' absolute sums and the largest |x - zero point|; ``x_zp`` None: unknown), else None."""
+    lo, hi = (0, 255) if unsigned else (-128, 127)
+    xmax = (hi - lo) if x_zp is None else max(abs(lo - x_zp), abs(hi - x_zp))
+    axes = tuple(a for a in reduce_axes if a < w_q.ndim)
+    if float(np.abs(w_q.astype(np.int64)).sum(axis=axes).max(initial=0)) * xmax >= EXACT_F32:
+        return "its int32 sums could pass 2**24, which oneDNN's int32 result would round"
+    return None
+
+
+def _integer_sum_reason(node: Any, ctx: Any) -> str | None:
+    """MatMulInteger / ConvInteger: None when the int32 sum is read only by a Cast to float32 (lowered as one
+    step with a float32 result), else why oneDNN's int32 result could be wrong (see ``exact_sum_reason``)."""
+    readers = ctx.readers(node.outputs[0])
+    if len(readers) == 1 and readers[0].op_type == "Cast" and is_onnx_domain(readers[0].domain) \
+            and readers[0].attr("to") == TensorProto.FLOAT:
+        return None
+    ins = list(node.inputs) + [""] * (4 - len(node.inputs))
+    conv = node.op_type == "ConvInteger"
+    w, w_zp = ctx.constant(ins[1]), ctx.constant(ins[3])
+    x_zp = ctx.constant(ins[2]) if ins[2] else np.zeros(1, np.int64)
+    if x_zp is None and conv:
+        return "ConvInteger with a run-time x_zero_point whose sum is not read as float32 (a Cast)"
+    if (x_zp is not None and x_zp.size != 1) or (conv and w.ndim < 3) or (not conv and w.ndim != 2):
+        return None  # the lowering names it
+    try:
+        w_q = shifted_weights(w, np.zeros(1, np.int64) if w_zp is None else w_zp.reshape(-1), 0 if conv else 1)
+    except Unsupported as e:
+        return str(e)
+    return exact_sum_reason(w_q, ctx.elem(ins[0]) == np.uint8, None if x_zp is None else int(x_zp.reshape(-1)[0]),
+                            (1, 2, 3, 4) if conv else (0,))
+
+
 def quant_reason(node: Any, ctx: Any) -> str | None:
     """Why a quantized op is not lowered whatever its shapes (types, constants, attributes), or None."""
     op = node.op_type
@@ -843,13 +955,11 @@ def quant_reason(node: Any, ctx: Any) -> str | None:
         return None
     if op in ("ConvInteger", "MatMulInteger"):
         why = const(1, "weights (B)") or const(3, "zero point")
-        if op == "ConvInteger":
-            why = why or const(2, "zero point")
-        elif len(ins) > 2 and ins[2] and elem(ins[2]) not in INT8:
-            why = "MatMulInteger a_zero_point is not uint8/int8"
+        if len(ins) > 2 and ins[2] and elem(ins[2]) not in INT8:
+            why = f"{op} x/a zero point is not uint8/int8"
         if why:
             return why
         if elem(ins[0]) not in INT8 or elem(ins[1]) not in INT8:
             return f"{op} operands are not uint8/int8"
-        return None
+        return _integer_sum_reason(node, ctx)
     return f"{op} is not a quantized op lowered here"

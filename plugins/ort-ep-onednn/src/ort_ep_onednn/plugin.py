@@ -14,7 +14,7 @@ from ort_core.plugins import Capability, ExecutionProvider, Preferences, Provide
 
 from . import __version__
 from . import library as L
-from .capability import Context, dtypes_of, unsupported_reason
+from .capability import FUSED_OPS, Context, dtypes_of, unsupported_reason
 from .kernel import make_kernel
 from .lowering import Spec
 from .options import DEFAULTS, Options, parse
@@ -58,8 +58,9 @@ class DnnlProvider(ExecutionProvider):
             self.opts = dataclasses.replace(self.opts, num_threads=budget)
 
     def preferences(self):
-        # quantized weights stay DequantizeLinear nodes: a QDQ group becomes one int8 primitive
-        return Preferences(keep_qdq=True)
+        # quantized weights stay DequantizeLinear nodes: a QDQ group becomes one int8 primitive; the erf GELU
+        # chain (Div, Erf, Add, Mul, Mul: Erf alone has no primitive) arrives as one Gelu node
+        return Preferences(keep_qdq=True, fused_ops=frozenset(f"{d}::{op}" for d, op in FUSED_OPS))
 
     def get_capability(self, graph):
         opts = self.opts
