@@ -369,6 +369,22 @@ def test_qdq_group_runs_as_one_int8_primitive(programs, op, relu, per_channel, b
     assert len(np.unique(got[0])) > 20
 
 
+def test_qdq_group_with_a_bias_beyond_float32_exactness_runs_as_float_ops(programs):
+    """An int32 bias of 2**24 or more is not exact as oneDNN's float32 bias: the group is not made (its ops
+    run one by one), rather than failing the run when its shapes are known only then."""
+    rng = np.random.default_rng(4)
+    model, feeds, ys = _qdq_group("Conv", True, rng)
+    for t in model.graph.initializer:
+        if t.name == "bq":
+            t.CopyFrom(_p("bq", np.full(16, 2 ** 24 + 5, np.int32)))
+    model.graph.input[0].CopyFrom(helper.make_tensor_value_info("x", F, ["n", 8, "h", "w"]))
+    sess, got, cpu, theirs = _three(model, feeds)
+    assert "CPUExecutionProvider: 0/" in sess.explain()
+    assert not any(p.fused.get("QDQ Conv") for p in programs)
+    for ref in (cpu[0], theirs[0]):
+        assert np.abs(got[0] - ref).max() <= float(ys) + 1e-6
+
+
 def test_qdq_group_matmul_has_int8_impl(programs):
     rng = np.random.default_rng(77)
     model, feeds, _ = _qdq_group("MatMul", False, rng)
@@ -449,10 +465,15 @@ def test_quantized_resnet18_matches_cpu_and_onnxruntime(tmp_path, fmt, per_chann
         assert "CPUExecutionProvider: 0/" in text, text[:1500]
         step = _step_of(path)
         # the QLinearConvs are onnxruntime's values exactly, QLinearAdd and QLinearGlobalAveragePool within a
-        # step; ort-core's CPU provider (its own QLinearConv) rounds a rare tie the other way
-        assert np.abs(got - theirs).max() <= step * 1.001
-        assert np.abs(got - cpu).max() <= step * 1.001
-        assert np.mean(np.abs(got - theirs) > step / 2) < 0.05
+        # step; ort-core's CPU provider (its own QLinearConv) rounds a rare tie the other way. onnxruntime's
+        # QLinearAdd uses fixed-point multipliers: on a near-tie it can land one step from the float formula
+        # (both ort-core providers compute that), and one such value in the first residual block spreads
+        # through every layer after it (seen: 1 of 16384 values, then 46% of the logits one step off). Which
+        # tie occurs depends on the calibrated scales, whose float sums follow the BLAS threads. So: within
+        # two steps of onnxruntime, and mostly equal to the CPU provider, which rounds as this provider does
+        assert np.abs(got - theirs).max() <= 2 * step * 1.001
+        assert np.abs(got - cpu).max() <= 2 * step * 1.001
+        assert np.mean(np.abs(got - cpu) > step / 2) < 0.05
     assert int(np.argmax(got)) == int(np.argmax(theirs))
 
 

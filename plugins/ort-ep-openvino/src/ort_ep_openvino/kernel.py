@@ -15,6 +15,7 @@ from ort_core.plugins import FusedSubgraph, constant_node_values
 
 from . import runtime as rt
 from .options import Options
+from .qdq_fixes import dequantize_transposed_weights
 
 
 class RequestPool:
@@ -54,6 +55,8 @@ class CompiledSubgraph:
             subgraph = FusedSubgraph(subgraph.name, subgraph.nodes, subgraph.inputs, subgraph.outputs,
                                      {**subgraph.constants, **baked}, subgraph.opsets, subgraph.graph)
         proto = subgraph.to_model_proto()
+        if options.enable_qdq_optimizer:
+            dequantize_transposed_weights(proto)
         compiled = rt.compile_bytes(proto.SerializeToString(), options.device_type, options.compile_properties())
         self.pool = RequestPool(compiled)
         fixed = set(subgraph.constants)
