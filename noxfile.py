@@ -153,6 +153,9 @@ def bench(session: nox.Session) -> None:
     (bench/bench_contention.py; its own section of bench/results.md).
     `-- --creation-scale`: session creation for chains of 1,000 to 10,000 nodes (bench/bench_creation_scale.py;
     its own section of bench/results.md).
+    `-- --hf [MODEL ...]`: Hugging Face transformer exports as they are and after onnxruntime's transformer
+    optimizer and quantizers (after `nox -s hf_models`; bench/transformer_tools.py; its own section of
+    bench/results.md).
     `-- --ray [--rows N --cpus N ...]`: batch inference on a local Ray cluster instead (bench/bench_ray.py):
     rows/s against one process, for ort-core and onnxruntime in the same adapter, and the adapter against a
     hand-written map_batches loop; written as its own section of bench/results.md.
@@ -172,6 +175,11 @@ def bench(session: nox.Session) -> None:
         args.remove("--contention")
         session.install(f"./{CORE}", "onnxruntime")
         session.run("python", "bench/bench_contention.py", *args)
+        return
+    if "--hf" in args:  # Hugging Face exports before and after onnxruntime's tools (bench/transformer_tools.py)
+        args.remove("--hf")
+        session.install(f"./{CORE}", "onnxruntime")
+        session.run("python", "bench/transformer_tools.py", *args)
         return
     if "--ray" in args:  # batch inference on a local Ray cluster instead (bench/bench_ray.py)
         args.remove("--ray")
@@ -204,6 +212,20 @@ def models(session: nox.Session) -> None:
     `python bench/real_models.py` writes the table (bench/real_models.md) with every installed provider.
     """
     session.run("python", "bench/fetch_models.py", *session.posargs)  # stdlib and pip only: nothing to install
+
+
+@nox.session
+def hf_models(session: nox.Session) -> None:
+    """Export BERT-base, DistilBERT, ViT-base, GPT-2 and the T5-small encoder from transformers through PyTorch's
+    exporter (seeded random weights: the model hub is not needed), and the files onnxruntime's transformer
+    optimizer and quantizers make from them, into $ORT_CORE_MODELS or ~/.cache/ort-core/models
+    (bench/export_transformers.py; about 4 GB). Installs torch (with its CUDA libraries, about 3 GB),
+    transformers and onnxruntime in this session's environment only. After `--`: model names, `--force`.
+    Then `nox -s bench -- --hf` and `pytest core/tests/test_hf_exports.py` use them.
+    """
+    # transformers 4.44.2: the last of its models all trace through the TorchScript exporter (see the script)
+    session.install("torch", "transformers==4.44.2", "onnxruntime", "onnx", "sympy", "packaging")
+    session.run("python", "bench/export_transformers.py", *session.posargs)
 
 
 @nox.session

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
+import sys
 
 import numpy as np
 import onnx
@@ -11,6 +13,17 @@ import pytest
 from onnx import TensorProto, helper
 
 ONNX_DATA = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data")
+BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+
+
+def load_bench_module(name: str):
+    """bench/<name>.py as a module (bench/ is no package: loaded by file path, as ``ort_core_bench_<name>``), so
+    that a test judges a model as the bench does."""
+    spec = importlib.util.spec_from_file_location(f"ort_core_bench_{name}", os.path.join(BENCH, f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_addoption(parser):

@@ -7,10 +7,7 @@ bench/ is no package: its modules are loaded by file path. Nothing here is timed
 from __future__ import annotations
 
 import collections
-import importlib.util
 import math
-import os
-import sys
 
 import numpy as np
 import onnx
@@ -18,19 +15,10 @@ import pytest
 
 import ort_core as ort
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+from .conftest import load_bench_module
 
-
-def _load(name: str):
-    spec = importlib.util.spec_from_file_location(f"ort_core_bench_{name}", os.path.join(BENCH, f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-models = _load("models")
-measure = _load("measure")
+models = load_bench_module("models")
+measure = load_bench_module("measure")
 
 LAYERS, HIDDEN, HEADS, FFN, SEQ = 2, 64, 4, 128, 16
 SMALL = {

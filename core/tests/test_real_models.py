@@ -11,28 +11,15 @@ loaded by file path as test_bench_models.py loads bench/models.py (bench/ is no 
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 import warnings
 
 import pytest
 
 import ort_core
 
-BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "bench")
+from .conftest import load_bench_module
 
-
-def _load_lib():
-    spec = importlib.util.spec_from_file_location("ort_core_bench_real_models_lib",
-                                                  os.path.join(BENCH, "real_models_lib.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-lib = _load_lib()
+lib = load_bench_module("real_models_lib")
 ENTRIES = lib.load_manifest()["models"]
 
 
