@@ -173,8 +173,10 @@ def main(argv=None) -> int:
     import measure
 
     versions = next(iter(record.values()))
-    exporters = "; ".join(f"{m}: {e.get('exporter', 'torchscript')} exporter at opset {e['opset']}"
-                          for m, e in record.items())
+    kinds: dict[str, list[str]] = {}
+    for m, e in record.items():
+        kinds.setdefault(f"{e.get('exporter', 'torchscript')} exporter at opset {e['opset']}", []).append(m)
+    exporters = "; ".join(k if len(kinds) == 1 else f"{k}: {', '.join(ms)}" for k, ms in kinds.items())
     text = "\n".join([
         "## Hugging Face exports and onnxruntime's tools", "",
         f"`python bench/transformer_tools.py` (after `nox -s hf_models`): transformers {versions['transformers']} "

@@ -390,6 +390,41 @@ def test_aggregation_layouts_match_reference(layout, agg):
     np.testing.assert_allclose(ours, ref, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("layout", ["tree", "dense", "sparse"])
+@pytest.mark.parametrize("agg", ["SUM", "AVERAGE", "MIN", "MAX"])
+def test_one_row_in_plain_python_matches_the_batch(layout, agg, monkeypatch):
+    """A single sample on plain trees is walked and aggregated in plain Python (Aggregator.one_row) when the
+    scalar walk is chosen: each row alone gives what the numpy walk and layouts give it in a batch, NaN rows
+    (which take the numpy walk) included."""
+    from ort_core.ir.graph import Node
+    from ort_core.providers.cpu.ops import ml_tree
+    from ort_core.providers.cpu.ops.ml_tree import _legacy_forest
+
+    attrs, leaves = ragged(3, 4, 4)
+    if layout == "tree":
+        w = {k: [] for k in ("target_treeids", "target_nodeids", "target_ids", "target_weights")}
+        for t, n in leaves:
+            for key, v in zip(w, (t, n, t % 3, float(rng.normal()))):
+                w[key].append(v)
+    else:
+        w = weights(leaves, "target", 3)
+        if layout == "sparse":
+            keep = (rng.random(len(w["target_ids"])) < 0.15) | (np.arange(len(w["target_ids"])) % 3 == 0)
+            w = {k: [v for v, kept in zip(vals, keep) if kept] for k, vals in w.items()}
+    attrs.update(w, n_targets=3, aggregate_function=agg, base_values=[0.5, -1.0, 2.0])
+    node = Node("TreeEnsembleRegressor", ["x"], ["y"], dict(attrs), domain=ML, name="t", id=0)
+    monkeypatch.setattr(ml_tree, "FORCE_STRATEGY", "scalar")
+    ensemble = _legacy_forest(node, "target", 3)
+    assert ensemble.one_row and ensemble.aggregate.layout == layout
+    x = features(30, 4)
+    monkeypatch.setattr(ml_tree, "FORCE_STRATEGY", "walk")
+    (batch,) = run_ours("TreeEnsembleRegressor", [x], attrs, opset=3, domain=ML)
+    monkeypatch.setattr(ml_tree, "FORCE_STRATEGY", "scalar")
+    for k in range(x.shape[0]):
+        (one,) = run_ours("TreeEnsembleRegressor", [x[k:k + 1]], attrs, opset=3, domain=ML)
+        np.testing.assert_allclose(one, batch[k:k + 1], rtol=1e-6, atol=1e-7)
+
+
 def test_sparse_classes_match_onnxruntime():
     # several classes, each leaf weighting a few of them: untouched classes stay out of the argmax
     attrs, leaves = ragged(6, 3, 3)

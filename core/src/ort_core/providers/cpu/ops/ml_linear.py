@@ -28,8 +28,11 @@ def logistic(x: np.ndarray) -> np.ndarray:
 
 
 def softmax(x: np.ndarray) -> np.ndarray:
-    e = np.exp(x - x.max(axis=1, keepdims=True))
-    return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
+    one = x.shape[0] == 1  # one row: whole-array reductions (the same elements, in the same order) are cheaper
+    e = x - (x.max() if one else x.max(axis=1, keepdims=True))  # a new array: exp and division run in place
+    np.exp(e, out=e)
+    e /= e.sum() if one else e.sum(axis=1, keepdims=True)
+    return e.astype(np.float32, copy=False)
 
 
 def softmax_zero(x: np.ndarray) -> np.ndarray:
@@ -116,8 +119,8 @@ def class_labels(node: Node) -> tuple[np.ndarray | None, bool]:
 
 
 def pick(labels: np.ndarray, index: np.ndarray) -> np.ndarray:
-    out = labels[index]
-    return out.astype(object) if labels.dtype == object else out.astype(np.int64)
+    return labels.take(index) if labels.dtype == object or labels.dtype == np.int64 else \
+        labels.take(index).astype(np.int64)
 
 
 def _floats(node: Node, name: str, required: bool = True) -> np.ndarray:
@@ -171,18 +174,19 @@ def _linear_classifier(node: Node, opset: int):
     if intercepts.size and coef.size % intercepts.size:
         raise KernelError(f"{node.label}: {coef.size} coefficients do not split into {intercepts.size} classes")
     weights = coef.reshape(intercepts.size, -1) if intercepts.size else None
+    weights_t = None if weights is None else np.ascontiguousarray(weights.T)  # [features, classes], made once
     name = transform_name(node, node.attr("post_transform"))
     pos, neg = (labels[1], labels[0]) if labels.size == 2 else (("1", "0") if labels.dtype == object else (1, 0))
     pair = np.array([neg, pos], dtype=labels.dtype)
 
     def kernel(x):
-        w = weights
-        if w is None:
+        w_t = weights_t
+        if w_t is None:
             features = x.shape[-1] if x.ndim else 1
             if features == 0 or coef.size % features:
                 raise KernelError(f"{node.label}: {coef.size} coefficients do not fit {features} features")
-            w = coef.reshape(-1, features)
-        scores = as_rows(node, x, w.shape[1]) @ w.T
+            w_t = coef.reshape(-1, features).T
+        scores = np.dot(as_rows(node, x, w_t.shape[0]), w_t)
         if intercepts.size:
             scores += intercepts
         if scores.shape[1] == 1:
@@ -205,9 +209,10 @@ def _linear_classifier(node: Node, opset: int):
 # --------------------------------------------------------------------------------------------
 
 class _SVMKernel:
-    """k(x, v) for every row of X against every support vector, vectorized as one matmul."""
+    """k(x, v) for every row of X against every support vector (``vectors``, [n, features] float64),
+    vectorized as one matmul; what depends on the vectors only is computed once, here."""
 
-    def __init__(self, node: Node, kind: str, params) -> None:
+    def __init__(self, node: Node, kind: str, params, vectors: np.ndarray) -> None:
         kind = str(kind or "LINEAR").upper()
         if kind not in ("LINEAR", "POLY", "RBF", "SIGMOID"):
             raise KernelError(f"{node.label}: kernel_type must be LINEAR, POLY, RBF or SIGMOID, got {kind!r}")
@@ -216,9 +221,11 @@ class _SVMKernel:
         self.gamma = float(params[0]) if len(params) > 0 else 0.0
         self.coef0 = float(params[1]) if len(params) > 1 else 0.0
         self.degree = float(int(params[2])) if len(params) > 2 else 0.0
+        self.vectors_t = np.ascontiguousarray(vectors.T)
+        self.norms = (vectors * vectors).sum(axis=1)[None, :] if kind == "RBF" else None  # |v|^2
 
-    def __call__(self, x: np.ndarray, vectors: np.ndarray) -> np.ndarray:
-        dot = x @ vectors.T
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        dot = x @ self.vectors_t
         if self.kind == "LINEAR":
             return dot
         if self.kind == "POLY":
@@ -226,7 +233,7 @@ class _SVMKernel:
         if self.kind == "SIGMOID":
             return np.tanh(self.gamma * dot + self.coef0)
         # ||x - v||^2 = |x|^2 - 2 x.v + |v|^2; clipped since rounding can make it slightly negative
-        sq = (x * x).sum(axis=1)[:, None] - 2.0 * dot + (vectors * vectors).sum(axis=1)[None, :]
+        sq = (x * x).sum(axis=1)[:, None] - 2.0 * dot + self.norms
         return np.exp(-self.gamma * np.maximum(sq, 0.0))
 
 
@@ -243,16 +250,16 @@ def _svm_regressor(node: Node, opset: int):
             raise KernelError(f"{node.label}: support_vectors ({vectors.size}) and coefficients ({coef.size}) "
                               f"do not fit n_supports={n_supports}")
         vectors = vectors.reshape(n_supports, -1)
-        kern = _SVMKernel(node, node.attr("kernel_type"), node.attr("kernel_params"))
+        kern = _SVMKernel(node, node.attr("kernel_type"), node.attr("kernel_params"), vectors)
         weights = coef[:n_supports].astype(np.float64)
     else:  # liblinear: the coefficients are the one weight vector
         vectors = coef.astype(np.float64).reshape(1, -1)
-        kern = _SVMKernel(node, "LINEAR", None)
+        kern = _SVMKernel(node, "LINEAR", None, vectors)
         weights = np.ones(1)
 
     def kernel(x):
         rows = as_rows(node, x, vectors.shape[1]).astype(np.float64)
-        y = (kern(rows, vectors) @ weights + rho[0])[:, None]
+        y = (kern(rows) @ weights + rho[0])[:, None]
         if one_class:
             y = np.where(y > 0, 1.0, -1.0)
         elif name == "PROBIT":
@@ -320,7 +327,7 @@ def _svm_classifier(node: Node, opset: int):
                               f"{n_vectors} support vectors and {k} classes")
         vectors = vectors.reshape(n_vectors, -1)
         coef2 = coef[:(k - 1) * n_vectors].astype(np.float64).reshape(k - 1, n_vectors)
-        kern = _SVMKernel(node, node.attr("kernel_type"), node.attr("kernel_params"))
+        kern = _SVMKernel(node, node.attr("kernel_type"), node.attr("kernel_params"), vectors)
         starts = np.concatenate([[0], np.cumsum(per_class)]).astype(np.int64)
         # pair (i, j): sum over i's vectors of coef[j-1] * k + sum over j's vectors of coef[i] * k
         pairs = [(i, j) for i in range(k) for j in range(i + 1, k)]
@@ -336,7 +343,7 @@ def _svm_classifier(node: Node, opset: int):
 
         def kernel(x):
             rows = as_rows(node, x, vectors.shape[1]).astype(np.float64)
-            pair_scores = kern(rows, vectors) @ pair_w + rho[:n_pairs]
+            pair_scores = kern(rows) @ pair_w + rho[:n_pairs]
             n = rows.shape[0]
             winners = np.where(pair_scores > 0, pi, pj)
             votes = np.zeros((n, k), dtype=np.int64)

@@ -128,8 +128,9 @@ def _scaler(node: Node, opset: int):
         rows = _rows(node, x)
         off = _per_column(node, offset, rows.shape[1], "offset")
         sc = _per_column(node, scale, rows.shape[1], "scale")
-        y = (rows.astype(np.float32) - off) * sc
-        return (y.reshape(x.shape).astype(np.float32, copy=False),)
+        y = rows.astype(np.float32, copy=False) - off  # a new float32 array: scaled in place
+        y *= sc
+        return (y.reshape(x.shape),)
     return kernel
 
 
@@ -142,15 +143,17 @@ def _normalizer(node: Node, opset: int):
         raise KernelError(f"{node.label}: norm must be MAX, L1 or L2, got {norm!r}")
 
     def kernel(x):
-        rows = _rows(node, x).astype(np.float64)
+        rows = _rows(node, x).astype(np.float64)  # a new array: divided in place
         if norm == "MAX":
             div = rows.max(axis=1, keepdims=True) if rows.shape[1] else np.zeros((rows.shape[0], 1))
+            rows[(div == 0)[:, 0]] = 0.0  # MAX can be 0 in a row holding negative values: that row is 0
         elif norm == "L1":
-            div = np.abs(rows).sum(axis=1, keepdims=True)
+            div = np.abs(rows).sum(axis=1, keepdims=True) if rows.shape[0] != 1 else np.abs(rows).sum()
         else:
             div = np.sqrt((rows * rows).sum(axis=1, keepdims=True))
-        y = np.where(div == 0, 0.0, rows / np.where(div == 0, 1.0, div))
-        return (y.reshape(x.shape).astype(np.float32),)
+        # L1 / L2: a zero divisor means a row of zeros, left as it is
+        np.divide(rows, div, out=rows, where=div != 0)
+        return (rows.reshape(x.shape).astype(np.float32),)
     return kernel
 
 
@@ -312,7 +315,7 @@ def _array_feature_extractor(node: Node, opset: int, graph=None):
             if idx.size and (idx.min() < 0 or idx.max() >= last):
                 raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
         rows = x.reshape(1, -1) if x.ndim <= 1 else x
-        return (np.take(rows, idx, axis=-1),)
+        return (rows.take(idx, axis=-1),)  # the method: np.take's Python wrapper costs as much as the take
     return kernel
 
 

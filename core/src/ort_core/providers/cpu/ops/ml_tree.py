@@ -18,7 +18,16 @@ from ..registry import register
 from .ml_linear import ML, binary_scores, class_labels, pick, post_transform, transform_name
 from .ml_tree_aggregate import Aggregator
 from .ml_tree_table import LEAF, MEMBER, Forest
-from .ml_tree_walk import GEMM_MAX_DEPTH, STRATEGIES, choose, leaves, perfect_fits, run_blocks
+from .ml_tree_walk import (
+    GEMM_MAX_DEPTH,
+    MIN_PAIRS_PER_THREAD,
+    STRATEGIES,
+    choose,
+    leaves,
+    perfect_fits,
+    run_blocks,
+    scalar_row,
+)
 
 _MODE_NAMES = {"BRANCH_LEQ": 0, "BRANCH_LT": 1, "BRANCH_GTE": 2, "BRANCH_GT": 3,
                "BRANCH_EQ": 4, "BRANCH_NEQ": 5, "LEAF": LEAF}
@@ -54,6 +63,10 @@ class _Ensemble:
         if self.strategy == "gemm" and forest.depth > GEMM_MAX_DEPTH or \
                 self.strategy in ("gemm", "perfect") and padded > 1 << 24:
             self.strategy = "walk"
+        # one sample, plain x <= t trees: walked and summed in plain Python (no numpy call per level)
+        self.strategy1 = self.strategy or choose(forest, 1)  # batch 1's, chosen once
+        self.one_row = not forest.any_special and forest.depth > 0 and forest.roots.size > 0 and \
+            self.strategy1 == "scalar"
 
     def features(self, node: Node, x) -> np.ndarray:
         """[N, F] C-contiguous rows in the comparison dtype: float64 for float64 input or thresholds
@@ -75,14 +88,20 @@ class _Ensemble:
 
     def __call__(self, node: Node, x, how: str) -> tuple[np.ndarray, np.ndarray]:
         xc = self.features(node, x)
+        if self.one_row and xc.shape[0] == 1 and self.k:
+            row = xc[0].tolist()
+            if not (self.forest.any_nan_step and any(v != v for v in row)):  # NaN takes the numpy walk
+                return self.aggregate.one_row(scalar_row(self.forest, row, xc.dtype), how)
         n, t, k = xc.shape[0], self.forest.roots.size, self.k
-        out, has = np.zeros((n, k)), np.zeros((n, k), dtype=bool)
         if n == 0:
-            return out, has
-        strategy = self.strategy or choose(self.forest, n)
+            return np.zeros((0, k)), np.zeros((0, k), dtype=bool)
+        strategy = self.strategy1 if n == 1 else self.strategy or choose(self.forest, n)
         width = max(t * (k if self.aggregate.layout != "tree" else 1), t * 2 ** min(self.forest.depth, 12)
                     if strategy == "gemm" else 1, self.forest.size if strategy == "allnodes" else 1)
         max_rows = max(1, min(_BLOCK_PAIRS // max(t, 1), _BLOCK_ELEMENTS // max(width, 1)))
+        if n <= max_rows and n * t < 2 * MIN_PAIRS_PER_THREAD:  # one block on this thread (as run_blocks would)
+            return self.aggregate(leaves(self.forest, xc, strategy), how)
+        out, has = np.zeros((n, k)), np.zeros((n, k), dtype=bool)
 
         def block(a: int, b: int) -> None:
             out[a:b], has[a:b] = self.aggregate(leaves(self.forest, xc[a:b], strategy), how)

@@ -139,6 +139,21 @@ def leaves(forest: Forest, x: np.ndarray, strategy: str) -> np.ndarray:
     return _STRATEGY[strategy](forest, x, check_nan).reshape(n, t)
 
 
+def scalar_row(forest: Forest, row: list, dtype) -> list[int]:
+    """The leaf each tree sends one sample (``row``: its features as Python floats) to, by the scalar walk;
+    plain ``x <= t`` trees and a row without NaN only (as ``_scalar``)."""
+    base, feature, threshold = forest.lists(dtype)
+    out = []
+    for node in forest.roots.tolist():
+        while True:
+            nxt = base[node] + (row[feature[node]] <= threshold[node])
+            if nxt == node:
+                break
+            node = nxt
+        out.append(node)
+    return out
+
+
 def _scalar(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
     base, feature, threshold = forest.lists(x.dtype)
     roots = forest.roots.tolist()
@@ -200,7 +215,7 @@ def _allnodes(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
         forest.fix_steps(step.reshape(-1), flat_v, flat_th,
                          lambda: np.broadcast_to(np.arange(m, dtype=np.intp), v.shape).reshape(-1), check_nan)
     nxt = forest.base + step  # [n, nodes]: where each node sends each sample
-    cur = np.tile(forest.roots, n)
+    cur = np.tile(forest.roots, n) if n > 1 else forest.roots.copy()
     if n > 1:
         rows = np.arange(0, n * m, m, dtype=np.intp)
         nxt += rows[:, None]
