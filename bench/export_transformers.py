@@ -74,6 +74,26 @@ def _by_name(model, names):
     return ByName()
 
 
+def _whisper():
+    import torch
+    import transformers as T
+
+    config = T.WhisperConfig(d_model=384, encoder_layers=4, encoder_attention_heads=6, decoder_layers=4,
+                             decoder_attention_heads=6, encoder_ffn_dim=1536, decoder_ffn_dim=1536)  # tiny
+    encoder = T.WhisperModel(config).get_encoder()
+
+    class Encoder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.encoder = encoder
+
+        def forward(self, input_features):
+            return self.encoder(input_features).last_hidden_state
+
+    return (Encoder(), (torch.randn(1, 80, 3000),), ["input_features"], ["last_hidden_state"],
+            {"input_features": {0: "batch"}, "last_hidden_state": {0: "batch"}})
+
+
 def _vit():
     import torch
     import transformers as T
@@ -94,14 +114,16 @@ MODELS = {"bert": "BERT-base (BertModel, bert-base-uncased's configuration)",
           "distilbert": "DistilBERT (DistilBertModel, distilbert-base-uncased's configuration)",
           "vit": "ViT-base/16 at 224x224 (ViTModel without the pooler)",
           "gpt2": "GPT-2 small (GPT2Model, no past key values)",
-          "t5_encoder": "T5-small's encoder (T5EncoderModel)"}
+          "t5_encoder": "T5-small's encoder (T5EncoderModel)",
+          "whisper_tiny_encoder": "Whisper-tiny's encoder (30 s of 80 log-mel bins; whisper-tiny's configuration)"}
 
 
 def export(name: str, path: str) -> float:
     import torch
 
     torch.manual_seed(0)
-    model, args, names, outputs, axes = _vit() if name == "vit" else _text_model(name)
+    model, args, names, outputs, axes = _vit() if name == "vit" else _whisper() if name.startswith("whisper") \
+        else _text_model(name)
     model.eval()
     t0 = time.perf_counter()
     with warnings.catch_warnings(), torch.no_grad():
@@ -120,10 +142,10 @@ def variants(name: str, path: str, force: bool) -> dict[str, str]:
     from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
     from onnxruntime.transformers.optimizer import optimize_model
 
-    kind, heads, hidden = SHAPES[name]
+    kind, heads, hidden = SHAPES.get(name, (None, 0, 0))
     made = {}
     for variant in VARIANTS:
-        if not variant:
+        if not variant or (variant.startswith("opt") and kind is None):  # no transformer optimizer model type
             continue
         out = path.removesuffix(".onnx") + f".{variant}.onnx"
         made[variant] = os.path.basename(out)

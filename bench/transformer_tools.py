@@ -55,6 +55,8 @@ def feeds_for(inputs) -> dict[str, np.ndarray]:
     for arg in inputs:
         if arg.name == "pixel_values":
             out[arg.name] = rng.standard_normal((1, 3, 224, 224)).astype(np.float32)
+        elif arg.name == "input_features":  # Whisper: 30 s of 80 log-mel bins
+            out[arg.name] = rng.standard_normal((1, 80, 3000)).astype(np.float32)
         elif arg.name == "input_ids":
             out[arg.name] = rng.integers(0, 1000, (1, SEQ)).astype(np.int64)
         elif arg.name == "attention_mask":

@@ -25,7 +25,7 @@ from .conftest import load_bench_module
 
 CACHE = os.environ.get("ORT_CORE_MODELS", os.path.expanduser("~/.cache/ort-core/models"))
 RECORD = os.path.join(CACHE, "hf_exports.json")
-MODELS = ["bert", "distilbert", "vit", "gpt2", "t5_encoder"]
+MODELS = ["bert", "distilbert", "vit", "gpt2", "t5_encoder", "whisper_tiny_encoder"]
 VARIANTS = ["", "opt1", "opt2", "qdyn", "nbits4"]
 
 
