@@ -235,11 +235,11 @@ def _perfect(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
     t = forest.roots.size
     nodes, recs, leaf = forest.perfect(x.dtype)
     xf = x.reshape(-1)
-    p = np.tile(np.arange(t, dtype=np.intp), n)
-    off = np.repeat(np.arange(0, n * f, f, dtype=np.intp), t)
+    p = np.tile(np.arange(t, dtype=np.intp), n) if n > 1 else np.arange(t, dtype=np.intp)
+    off = np.repeat(np.arange(0, n * f, f, dtype=np.intp), t) if n > 1 else None  # one row: no offsets
     for level, rec in enumerate(recs):
         r = rec.take(p)
-        v = xf.take(off + r["f"])
+        v = xf.take(r["f"] if off is None else off + r["f"])
         th = r["t"]
         step = np.less_equal(v, th)
         if forest.any_special or check_nan:
