@@ -165,8 +165,10 @@ class ExecutionPlan:
         for kernel, ins, outs, release, label, _ in steps:
             if run_options is not None and run_options.terminate:
                 raise RunTerminated("run() was terminated through RunOptions.terminate")
-            try:
-                results = kernel(*map(get, ins))
+            try:  # one and two inputs without the map and star-args (about 0.1 us a node)
+                n_in = len(ins)
+                results = kernel(frame[ins[0]]) if n_in == 1 else kernel(frame[ins[0]], frame[ins[1]]) \
+                    if n_in == 2 else kernel(*map(get, ins))
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
                 raise _failure(label, e) from e
             if len(outs) == 1:  # the usual case, without the zip
