@@ -157,3 +157,20 @@ def test_erf_gelu_chain_arrives_as_one_gelu_node():
         basic = ort.InferenceSession(model, unfused, providers=[NAME, CPU])
     assert _on_cpu(basic) == 1  # without the fusion, Erf stays on the CPU provider
     np.testing.assert_allclose(basic.run(None, {"x": x})[0], theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_weights_beyond_int8_after_their_zero_point_are_declined_before_shapes_are_known():
+    """uint8 ConvInteger weights whose zero point leaves them outside int8 once subtracted (oneDNN's weights are
+    s8 without a zero point): declined by the rules, so the model runs (on the CPU provider) instead of failing
+    at its first run in oneDNN's lowering; found on ddddocr's dynamically quantized recognizer."""
+    rng = np.random.default_rng(8)
+    C, M = 8, 4
+    w = rng.integers(0, 256, (M, C, 3, 3), dtype=np.uint8)
+    model = _chain("ConvInteger", w, np.float32(0.004), rng.standard_normal(M).astype(np.float32), (M, 1, 1),
+                   helper.make_tensor_value_info("x", F, ["n", C, "h", "w"]), zp_w=np.uint8(10))
+    sess = _session(model, [NAME, CPU])
+    assert "int8 range" in sess.explain()
+    x = rng.standard_normal((1, C, 7, 7)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    theirs = ox.InferenceSession(model, providers=[CPU]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, theirs, rtol=1e-5, atol=1e-5 * float(np.abs(theirs).max()))

@@ -864,17 +864,17 @@ def exact_sum_reason(w_q: np.ndarray, unsigned: bool, x_zp: int | None, reduce_a
 
 
 def _integer_sum_reason(node: Any, ctx: Any) -> str | None:
-    """MatMulInteger / ConvInteger: None when the int32 sum is read only by a Cast to float32 (lowered as one
-    step with a float32 result), else why oneDNN's int32 result could be wrong (see ``exact_sum_reason``)."""
+    """MatMulInteger / ConvInteger: why oneDNN cannot compute it from its constant weights, else None. Weights
+    minus their zero point must fit int8; and unless a Cast to float32 alone reads the int32 sum (then it is
+    lowered as one step with a float32 result), the sum must stay exact (see ``exact_sum_reason``)."""
     readers = ctx.readers(node.outputs[0])
-    if len(readers) == 1 and readers[0].op_type == "Cast" and is_onnx_domain(readers[0].domain) \
-            and readers[0].attr("to") == TensorProto.FLOAT:
-        return None
+    to_float = len(readers) == 1 and readers[0].op_type == "Cast" and is_onnx_domain(readers[0].domain) \
+        and readers[0].attr("to") == TensorProto.FLOAT
     ins = list(node.inputs) + [""] * (4 - len(node.inputs))
     conv = node.op_type == "ConvInteger"
     w, w_zp = ctx.constant(ins[1]), ctx.constant(ins[3])
     x_zp = ctx.constant(ins[2]) if ins[2] else np.zeros(1, np.int64)
-    if x_zp is None and conv:
+    if x_zp is None and conv and not to_float:
         return "ConvInteger with a run-time x_zero_point whose sum is not read as float32 (a Cast)"
     if (x_zp is not None and x_zp.size != 1) or (conv and w.ndim < 3) or (not conv and w.ndim != 2):
         return None  # the lowering names it
@@ -882,6 +882,8 @@ def _integer_sum_reason(node: Any, ctx: Any) -> str | None:
         w_q = shifted_weights(w, np.zeros(1, np.int64) if w_zp is None else w_zp.reshape(-1), 0 if conv else 1)
     except Unsupported as e:
         return str(e)
+    if to_float:
+        return None
     return exact_sum_reason(w_q, ctx.elem(ins[0]) == np.uint8, None if x_zp is None else int(x_zp.reshape(-1)[0]),
                             (1, 2, 3, 4) if conv else (0,))
 
