@@ -141,9 +141,7 @@ def measure_model(name: str, batch: int, folder: str, runs: int, ort_gpu: bool) 
     placed = ""
     for label, runtime, s in sessions:
         if runtime == "ort-core" and "CUDA" in label and not placed:
-            info = s.get_provider_graph_assignment_info()
-            on_gpu = sum(len(a.node_names) for a in info if a.provider == CUDA)
-            total = sum(len(a.node_names) for a in info)
+            on_gpu, total, _ = measure.placed(s, CUDA)
             placed = f"{on_gpu}/{total}"
     for label, runtime, _ in sessions:
         diff = max(float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(e, np.float64))) /

@@ -71,17 +71,31 @@ class _Reader:
         return next(self.feeds, None)
 
 
-def quantize(model: str, path: str, folder: str, inputs) -> str:
-    """The int8 model's path: static QDQ per channel for CNNs, dynamic for transformers."""
-    out = os.path.join(folder, f"{os.path.basename(path).removesuffix('.onnx')}_int8.onnx")
-    if model in models.TRANSFORMERS:
-        q.quantize_dynamic(path, out, weight_type=q.QuantType.QInt8)
-        return out
-    pre = os.path.join(folder, f"{os.path.basename(path).removesuffix('.onnx')}_pre.onnx")
-    q.quant_pre_process(path, pre)
-    reader = _Reader([models.feeds(inputs, seed=100 + k) for k in range(CALIBRATION)])
-    q.quantize_static(pre, out, reader, quant_format=q.QuantFormat.QDQ, per_channel=True,
-                      weight_type=q.QuantType.QInt8, activation_type=q.QuantType.QUInt8)
+def quantize(model: str, path: str, folder: str, calibration: list[dict], module=q, tag: str = "int8") -> str:
+    """The int8 model's path, quantized by ``module`` (ort_core.quantization or onnxruntime.quantization):
+    static QDQ per channel (int8 weights, uint8 activations) on the ``calibration`` feeds for CNNs, after the
+    pre-processing step where it succeeds; dynamic (int8 weights) for transformers."""
+    stem = os.path.join(folder, f"{os.path.basename(path).removesuffix('.onnx')}_{tag}")
+    out = f"{stem}.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if model in models.TRANSFORMERS:
+            module.quantize_dynamic(path, out, weight_type=module.QuantType.QInt8)
+            return out
+        pre = f"{stem}_pre.onnx"
+        here = os.getcwd()
+        os.chdir(folder)  # onnxruntime's pre-processing leaves a temporary file in the working directory
+        try:
+            module.quant_pre_process(path, pre)
+        except Exception as e:  # noqa: BLE001 - (PP-OCR's models) quantized without it, as users then do
+            print(f"{model}: {module.__name__}.quant_pre_process failed ({type(e).__name__}: {e}); "
+                  "quantizing the model as it is", flush=True)
+            pre = path
+        finally:
+            os.chdir(here)
+        module.quantize_static(pre, out, _Reader(calibration), quant_format=module.QuantFormat.QDQ,
+                               per_channel=True, weight_type=module.QuantType.QInt8,
+                               activation_type=module.QuantType.QUInt8)
     return out
 
 
@@ -118,7 +132,7 @@ def bench_model(model: str, ort, args, folder: str) -> dict:
     inputs = probe.get_inputs()
     del probe
     t0 = time.perf_counter()
-    qpath = quantize(model, path, folder, inputs)
+    qpath = quantize(model, path, folder, [models.feeds(inputs, seed=100 + k) for k in range(CALIBRATION)])
     r = {"name": model, "quantize_s": time.perf_counter() - t0, "mode": "dynamic" if model in models.TRANSFORMERS
          else "static QDQ per-channel", "mb_fp32": os.path.getsize(path) / 2 ** 20,
          "mb_int8": os.path.getsize(qpath) / 2 ** 20}
@@ -155,9 +169,8 @@ def bench_model(model: str, ort, args, folder: str) -> dict:
 
 
 def _placed(sess, provider: str) -> str:
-    info = sess.get_provider_graph_assignment_info()
-    on = sum(len(a.node_names) for a in info if a.provider == provider)
-    return f"{on}/{sum(len(a.node_names) for a in info)} nodes in {len(info)} subgraph(s)"
+    on, total, parts = measure.placed(sess, provider)
+    return f"{on}/{total} nodes in {parts} subgraph(s)"
 
 
 def _best(r: dict, precision: str) -> str:

@@ -25,7 +25,9 @@ import sys
 import time
 import warnings
 
-CACHE = os.environ.get("ORT_CORE_MODELS", os.path.expanduser("~/.cache/ort-core/models"))
+from real_models_lib import cache_dir
+
+CACHE = cache_dir()
 OPSET = 17
 SEQ = 128
 

@@ -82,6 +82,13 @@ def plan_runs(fns: list, max_runs: int, budget_s: float, min_runs: int = 5) -> t
     return runs, max(1, min(10, runs // 3))
 
 
+def placed(sess, provider: str) -> tuple[int, int, int]:
+    """(nodes on ``provider``, nodes in all, subgraphs) of an ort-core session's placement."""
+    info = sess.get_provider_graph_assignment_info()
+    return sum(len(a.node_names) for a in info if a.provider == provider), sum(len(a.node_names) for a in info), \
+        len(info)
+
+
 def summary(ms: np.ndarray) -> tuple[float, float]:
     return float(np.median(ms)), float(np.percentile(ms, 90))
 

@@ -28,10 +28,12 @@ import warnings
 
 import measure
 import numpy as np
+from bench_quant import _Reader
+from real_models_lib import cache_dir
 
 SECTION = "accuracy"
 HERE = os.path.dirname(os.path.abspath(__file__))
-MODELS = os.environ.get("ORT_CORE_MODELS", os.path.expanduser("~/.cache/ort-core/models"))
+MODELS = cache_dir()
 FONT = "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"
 
 
@@ -82,17 +84,6 @@ def ctc_decode(probs: np.ndarray) -> tuple[int, ...]:
     return tuple(int(c) for c in best[keep] if c != 0)
 
 
-def _reader(module, name: str, images: list[np.ndarray]):
-    class Reader(module.CalibrationDataReader):
-        def __init__(self):
-            self.batches = iter([{name: x} for x in images])
-
-        def get_next(self):
-            return next(self.batches, None)
-
-    return Reader()
-
-
 def quantized(path: str, images: list[np.ndarray], folder: str) -> dict[str, str]:
     """The model quantized static QDQ per channel by each quantizer, on the same calibration images."""
     import onnxruntime.quantization as ortq
@@ -105,8 +96,8 @@ def quantized(path: str, images: list[np.ndarray], folder: str) -> dict[str, str
         target = os.path.join(folder, f"{stem}.{label.split('.')[0]}.qdq.onnx")
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            module.quantize_static(path, target, _reader(module, "x", images), quant_format=module.QuantFormat.QDQ,
-                                   per_channel=True)
+            module.quantize_static(path, target, _Reader([{"x": x} for x in images]),
+                                   quant_format=module.QuantFormat.QDQ, per_channel=True)
         out[label] = target
     return out
 
@@ -125,7 +116,8 @@ def runners(path: str) -> dict[str, object]:
 def recognizer_rows(args, folder: str) -> list[str]:
     path = os.path.join(MODELS, "ppocrv4_rec.onnx")
     calib, held = text_lines(args.calibration, seed=1), text_lines(args.lines, seed=2)
-    ref = [ctc_decode(runners(path)["ort-core"].run(None, {"x": x})[0]) for x in held]
+    float_session = runners(path)["ort-core"]
+    ref = [ctc_decode(float_session.run(None, {"x": x})[0]) for x in held]
     rows = []
     for quantizer, qpath in quantized(path, calib, folder).items():
         for runtime, sess in runners(qpath).items():
@@ -141,7 +133,8 @@ def recognizer_rows(args, folder: str) -> list[str]:
 def detector_rows(args, folder: str) -> list[str]:
     path = os.path.join(MODELS, "ppocrv4_det.onnx")
     calib, held = pages(args.calibration // 2, seed=3), pages(args.pages, seed=4)
-    ref = [runners(path)["ort-core"].run(None, {"x": x})[0] > 0.3 for x in held]
+    float_session = runners(path)["ort-core"]
+    ref = [float_session.run(None, {"x": x})[0] > 0.3 for x in held]
     rows = []
     for quantizer, qpath in quantized(path, calib, folder).items():
         for runtime, sess in runners(qpath).items():

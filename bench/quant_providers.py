@@ -33,13 +33,15 @@ import sys
 import tempfile
 import time
 import traceback
-import warnings
 
+import bench_quant
 import measure
 import models
 import numpy as np
 import onnx
 import quant_accuracy as qa
+from bench_latency import quiet_session
+from real_models_lib import first_line
 
 SECTION = "providers"
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -52,14 +54,6 @@ PLUGINS = [("OpenVINO", "OpenVINOExecutionProvider", {}),
            ("oneDNN", "DnnlExecutionProvider", {}), ("Example", "ExampleExecutionProvider", {}),
            ("QNN", "QNNExecutionProvider", {})]
 MIN_COSINE, MAX_STEPS, SLACK = 0.999, 2.0, 1.1
-
-
-class _Reader:
-    def __init__(self, feeds: list[dict]) -> None:
-        self.feeds = iter(feeds)
-
-    def get_next(self):
-        return next(self.feeds, None)
 
 
 def _data(model: str, inputs) -> tuple[list[dict], list[dict]]:
@@ -77,32 +71,7 @@ def _source(model: str, folder: str) -> str:
         if not os.path.exists(path):
             raise FileNotFoundError(f"{path} not fetched: run `nox -s models` first")
         return path
-    import bench_quant
-
     return bench_quant.at_least_opset13(models.resolve(model, folder), folder)
-
-
-def quantize(module, model: str, path: str, calib: list[dict], folder: str, tag: str) -> str:
-    out = os.path.join(folder, f"{model}.{tag}.onnx")
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if model in models.TRANSFORMERS:
-            module.quantize_dynamic(path, out, weight_type=module.QuantType.QInt8)
-            return out
-        pre = os.path.join(folder, f"{model}.{tag}.pre.onnx")
-        here = os.getcwd()
-        os.chdir(folder)  # onnxruntime's pre-processing leaves a temporary file in the working directory
-        try:
-            module.quant_pre_process(path, pre)
-        except Exception as e:  # noqa: BLE001 - as the OCR models: quantized without it, as users then do
-            print(f"{model}: {module.__name__}.quant_pre_process failed ({type(e).__name__}: {e}); "
-                  "quantizing the model as it is", flush=True)
-            pre = path
-        finally:
-            os.chdir(here)
-        module.quantize_static(pre, out, _Reader(calib), quant_format=module.QuantFormat.QDQ, per_channel=True,
-                               weight_type=module.QuantType.QInt8, activation_type=module.QuantType.QUInt8)
-    return out
 
 
 def _initializers_not_inputs(path: str, folder: str) -> str:
@@ -141,8 +110,7 @@ def compare(ref: list[list[np.ndarray]], got: list[list[np.ndarray]], steps) -> 
     b = np.concatenate([x.astype(np.float64).ravel() for outs in got for x in outs])
     top = float(np.abs(a).max(initial=0.0))
     diff = float(np.abs(a - b).max(initial=0.0))
-    norms = np.linalg.norm(a) * np.linalg.norm(b)
-    cos = float(a @ b / norms) if norms > 0 else (1.0 if diff == 0 else 0.0)
+    cos = _cosine(ref, got)
     same = [np.mean(np.argmax(x, -1) == np.argmax(y, -1)) for r, g in zip(ref, got) for x, y in zip(r, g) if x.ndim]
     worst_steps = None
     if all(s for s in steps):
@@ -153,15 +121,7 @@ def compare(ref: list[list[np.ndarray]], got: list[list[np.ndarray]], steps) -> 
 
 
 def _session(path: str, providers):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return ort_core.InferenceSession(path, providers=providers)
-
-
-def _placed(sess, provider: str) -> str:
-    info = sess.get_provider_graph_assignment_info()
-    on = sum(len(a.node_names) for a in info if a.provider == provider)
-    return f"{on}/{sum(len(a.node_names) for a in info)}"
+    return quiet_session(path, providers=providers)
 
 
 def _run(path: str, held: list[dict], provider: str | None, options: dict) -> tuple[list, str]:
@@ -175,7 +135,8 @@ def _run(path: str, held: list[dict], provider: str | None, options: dict) -> tu
         theirs = onnxruntime.InferenceSession(path, so, providers=[CPU])
         return [theirs.run(None, f) for f in held], "-"
     sess = _session(path, [(provider, options), CPU])
-    return [sess.run(None, f) for f in held], _placed(sess, provider)
+    on, total, _ = measure.placed(sess, provider)
+    return [sess.run(None, f) for f in held], f"{on}/{total}"
 
 
 def rows_for(model: str, args, folder: str) -> list[dict]:
@@ -184,41 +145,40 @@ def rows_for(model: str, args, folder: str) -> list[dict]:
     from ort_core import quantization as coreq
 
     path = _source(model, folder)
-    inputs = _session(path, [CPU]).get_inputs()
-    calib, held = _data(model, inputs)
-    floats = [_session(path, [CPU]).run(None, f) for f in held]
+    float_session = _session(path, [CPU])
+    calib, held = _data(model, float_session.get_inputs())
+    floats = [float_session.run(None, f) for f in held]
     available = set(ort_core.get_available_providers())
     plugins = [p for p in PLUGINS if p[1] in available and not (args.no_qnn and p[1] == "QNNExecutionProvider")]
     rows = []
     for quantizer, module, tag in (("ort_core", coreq, "core"), ("onnxruntime", ortq, "ort")):
         try:
             try:
-                qpath = quantize(module, model, path, calib, folder, tag)
+                qpath = bench_quant.quantize(model, path, folder, calib, module, tag)
             except ValueError as e:
                 if "missing from input feed" not in str(e):
                     raise
                 # onnxruntime's calibration feeds only the real inputs: an old-IR model listing its initializers
                 # as graph inputs needs them dropped from the inputs first (ort_core's quantizer does not)
                 print(f"{model}: {quantizer} needs the initializers dropped from the graph inputs", flush=True)
-                qpath = quantize(module, model, _initializers_not_inputs(path, folder), calib, folder, tag)
+                qpath = bench_quant.quantize(model, _initializers_not_inputs(path, folder), folder, calib, module, tag)
         except Exception as e:  # noqa: BLE001 - the quantizer itself refused the model: said, not counted
-            first = (str(e).strip().splitlines() or [""])[0][:160]
             rows.append({"model": model, "quantizer": quantizer, "provider": "(quantizing)", "ok": None,
-                         "error": f"the quantizer failed: {type(e).__name__}: {first}"})
+                         "error": f"the quantizer failed: {first_line(e)[:200]}"})
             print(_line(rows[-1]), flush=True)
             continue
         steps = output_steps(qpath)
-        ref = [_session(qpath, [CPU]).run(None, f) for f in held]
+        int8_session = _session(qpath, [CPU])
+        ref = [int8_session.run(None, f) for f in held]
         ort_int8, _ = _run(qpath, held, None, {})
         bar = _cosine(floats, ort_int8)  # onnxruntime's int8 against float32: the quality to keep
         for label, provider, options in [("onnxruntime", None, {}), *plugins]:
             t0 = time.perf_counter()
             row = {"model": model, "quantizer": quantizer, "provider": label}
             try:
-                got, placed = _run(qpath, held, provider, options)
+                got, placed = (ort_int8, "-") if provider is None else _run(qpath, held, provider, options)
             except Exception as e:  # noqa: BLE001 - a failure is this row's result
-                first = (str(e).strip().splitlines() or [""])[0][:160]
-                row.update(ok=False, placed="", error=f"{type(e).__name__}: {first}")
+                row.update(ok=False, placed="", error=first_line(e)[:200])
                 if args.verbose:
                     traceback.print_exc()
             else:
@@ -278,5 +238,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, HERE)
     sys.exit(main())

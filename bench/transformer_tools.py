@@ -28,14 +28,16 @@ import json
 import os
 import sys
 import time
-import warnings
 
+import measure
 import numpy as np
+from bench_latency import quiet_session
+from real_models_lib import cache_dir, first_line
 
 CPU = "CPUExecutionProvider"
 SECTION = "transformer-tools"
 HERE = os.path.dirname(os.path.abspath(__file__))
-CACHE = os.environ.get("ORT_CORE_MODELS", os.path.expanduser("~/.cache/ort-core/models"))
+CACHE = cache_dir()
 SEQ = 128
 SLACK = 1.25
 """How far past onnxruntime's own disagreement a file may be. Where a file quantizes activations at run time,
@@ -64,12 +66,6 @@ def feeds_for(inputs) -> dict[str, np.ndarray]:
         else:  # token_type_ids
             out[arg.name] = np.zeros((1, SEQ), np.int64)
     return out
-
-
-def _quiet(factory):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        return factory()
 
 
 def _ort_options(ort, optimize: bool):
@@ -107,13 +103,11 @@ def agreement(core, path: str, ort, theirs=None, float_path: str | None = None) 
 
 
 def bench_file(path: str, ort, args, float_path: str | None = None) -> dict:
-    factories = [lambda: _quiet(lambda: ort_core.InferenceSession(path)),
+    factories = [lambda: quiet_session(path),
                  lambda: ort.InferenceSession(path, _ort_options(ort, True), providers=[CPU])]
     core, theirs = (f() for f in factories)
     feeds = feeds_for(core.get_inputs())
     found = agreement(core, path, ort, theirs, float_path)
-    import measure
-
     fns = [lambda: core.run(None, feeds), lambda: theirs.run(None, feeds)]
     runs, block = measure.plan_runs(fns, args.runs, args.budget)
     ms = [measure.summary(t)[0] for t in measure.timed(fns, runs, block=block)]
@@ -166,14 +160,11 @@ def main(argv=None) -> int:
                 quantized = variant in QUANTIZED
                 r = bench_file(path, ort, args, os.path.join(args.cache, files[""]) if quantized else None)
             except Exception as e:  # noqa: BLE001 - one file must not cost the whole run
-                first = (str(e).strip().splitlines() or [""])[0][:200]
-                r = {"error": f"{type(e).__name__}: {first}", "ok": False}
+                r = {"error": first_line(e)[:200], "ok": False}
             failed += not r["ok"]
             ran += 1
             lines.append(_row(model, variant, r))
             print(lines[-1], flush=True)
-    import measure
-
     versions = next(iter(record.values()))
     kinds: dict[str, list[str]] = {}
     for m, e in record.items():

@@ -17,8 +17,10 @@ BENCH = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abs
 
 
 def load_bench_module(name: str):
-    """bench/<name>.py as a module (bench/ is no package: loaded by file path, as ``ort_core_bench_<name>``), so
-    that a test judges a model as the bench does."""
+    """bench/<name>.py as a module (bench/ is no package: loaded by file path, as ``ort_core_bench_<name>``, with
+    bench/ on sys.path for the modules it imports), so that a test judges a model as the bench does."""
+    if BENCH not in sys.path:  # the bench modules import each other by name, as scripts run from bench/ do
+        sys.path.append(BENCH)
     spec = importlib.util.spec_from_file_location(f"ort_core_bench_{name}", os.path.join(BENCH, f"{name}.py"))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module
@@ -120,7 +122,6 @@ def install_fake_plugin(tmp_path, name: str, module_src: str | None, target: str
 def load_fake_plugin(tmp_path, fresh_registry, name: str, module_src: str, target: str):
     """Install a fake plugin (``install_fake_plugin``), rescan the registry quietly and return its module with
     its recorded ``EVENTS`` cleared."""
-    import importlib
     import warnings
 
     install_fake_plugin(tmp_path, name, module_src, target)

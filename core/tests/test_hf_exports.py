@@ -1,4 +1,4 @@
-"""Hugging Face transformer exports (BERT-base, DistilBERT, ViT-base, GPT-2, T5-small encoder) as exported and
+"""Hugging Face transformer exports (bench/export_transformers.py's models) as exported and
 after onnxruntime's transformer optimizer (levels 1 and 2), its dynamic quantizer and its 4-bit MatMulNBits
 quantizer: ort-core must load each file and agree with onnxruntime within 1.25 times onnxruntime's own
 disagreement on it (its results with all optimizations against none), or 1e-4 of the largest output; a
@@ -23,16 +23,18 @@ import ort_core
 
 from .conftest import load_bench_module
 
-CACHE = os.environ.get("ORT_CORE_MODELS", os.path.expanduser("~/.cache/ort-core/models"))
+tools = load_bench_module("transformer_tools")
+CACHE = tools.CACHE
 RECORD = os.path.join(CACHE, "hf_exports.json")
-MODELS = ["bert", "distilbert", "vit", "gpt2", "t5_encoder", "whisper_tiny_encoder"]
-VARIANTS = ["", "opt1", "opt2", "qdyn", "nbits4"]
+MODELS = list(load_bench_module("export_transformers").MODELS)
+VARIANTS = list(tools.LABELS)
 
 
 def _file(model: str, variant: str) -> str:
     if not os.path.exists(RECORD):
         pytest.skip(f"no Hugging Face exports in {CACHE}: `nox -s hf_models` makes them")
-    entry = json.load(open(RECORD)).get(model)
+    with open(RECORD) as f:
+        entry = json.load(f).get(model)
     name = None if entry is None else (entry["file"] if not variant else entry.get("variants", {}).get(variant))
     if isinstance(name, dict):
         pytest.skip(f"onnxruntime's tool failed on the {model} export: {name['failed']}")
@@ -49,7 +51,6 @@ def test_export_matches_onnxruntime(model, variant):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ort_core.OrtWarning)
         sess = ort_core.InferenceSession(path)
-    tools = load_bench_module("transformer_tools")
     found = tools.agreement(sess, path, ort, float_path=_file(model, "") if variant in tools.QUANTIZED else None)
     assert found["top"] > 0
     assert found["ok"], found

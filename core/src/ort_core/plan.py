@@ -167,8 +167,12 @@ class ExecutionPlan:
                 raise RunTerminated("run() was terminated through RunOptions.terminate")
             try:  # one and two inputs without the map and star-args (about 0.1 us a node)
                 n_in = len(ins)
-                results = kernel(frame[ins[0]]) if n_in == 1 else kernel(frame[ins[0]], frame[ins[1]]) \
-                    if n_in == 2 else kernel(*map(get, ins))
+                if n_in == 1:
+                    results = kernel(frame[ins[0]])
+                elif n_in == 2:
+                    results = kernel(frame[ins[0]], frame[ins[1]])
+                else:
+                    results = kernel(*map(get, ins))
             except Exception as e:  # noqa: BLE001 - any kernel failure is reported against its node
                 raise _failure(label, e) from e
             if len(outs) == 1:  # the usual case, without the zip

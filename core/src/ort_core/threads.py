@@ -120,15 +120,19 @@ class BlasPool:
             controller = self._blas_controller()
             if controller is None:
                 return
-            if self._original is None:
-                counts = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
-                self._original = max(counts, default=available_cpus())
+            self._remember_original(controller)
             target = fair_threads(available_cpus(), others, self._original)
             if target != (self._applied if self._applied is not None else self._original):
                 controller.limit(limits=target, user_api="blas")
                 self._applied = target
         finally:
             self._lock.release()
+
+    def _remember_original(self, controller: Any) -> None:
+        """Before the first change: BLAS's own thread count, to come back to."""
+        if self._original is None:
+            counts = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
+            self._original = max(counts, default=available_cpus())
 
     def _blas_controller(self) -> Any:
         if self._controller is None:
@@ -153,8 +157,7 @@ class BlasPool:
         if controller is None:
             return
         if self._original is None:  # the first change: remember what to come back to
-            counts = [lib.num_threads for lib in controller.select(user_api="blas").lib_controllers]
-            self._original = max(counts, default=available_cpus())
+            self._remember_original(controller)
             wanted = self._wanted()
         controller.limit(limits=wanted, user_api="blas")
         self._applied = wanted
@@ -179,6 +182,8 @@ def others_running(loadavg: str | None = None, own: int | None = None) -> int | 
                 loadavg = f.read()
         running = int(loadavg.split()[3].split("/")[0])
         if own is None:
+            if running <= 1:  # the calling thread itself is running: no other process is
+                return 0
             own = _own_running()
     except (OSError, ValueError, IndexError):
         return None

@@ -29,6 +29,23 @@ def save(model: onnx.ModelProto, path, use_external_data_format: bool = False) -
         onnx.save_model(model, str(path))
 
 
+def remove_initializers(graph: onnx.GraphProto, names) -> None:
+    """Drop the initializers ``names`` and their entries among the graph inputs (old IR versions list
+    initializers as inputs: left there, a dropped weight would be a required input without a value)."""
+    names = set(names)
+    kept = [t for t in graph.initializer if t.name not in names]
+    del graph.initializer[:]
+    graph.initializer.extend(kept)
+    for i in [i for i in graph.input if i.name in names]:
+        graph.input.remove(i)
+
+
+def ensure_domain(model: onnx.ModelProto, domain: str, version: int = 1) -> None:
+    """Import ``domain`` (at ``version``) unless the model does already."""
+    if not any(o.domain == domain for o in model.opset_import):
+        model.opset_import.append(helper.make_opsetid(domain, version))
+
+
 class Editor:
     """The graph of ``model`` being rewritten in place; call ``finish()`` when done."""
 
@@ -90,12 +107,8 @@ class Editor:
         return name
 
     def remove_initializer(self, name: str) -> None:
-        t = self.initializers.pop(name, None)
-        if t is not None:
-            self.graph.initializer.remove(t)
-            for i in list(self.graph.input):
-                if i.name == name:
-                    self.graph.input.remove(i)
+        if self.initializers.pop(name, None) is not None:
+            remove_initializers(self.graph, (name,))
 
     def add_node(self, op_type: str, inputs, outputs, name: str = "", domain: str = "", **attrs) -> onnx.NodeProto:
         node = helper.make_node(op_type, list(inputs), list(outputs), name=name or None, domain=domain or None,
@@ -125,8 +138,7 @@ class Editor:
                     n.output[k] = new
 
     def ensure_domain(self, domain: str, version: int = 1) -> None:
-        if not any(o.domain == domain for o in self.model.opset_import):
-            self.model.opset_import.append(helper.make_opsetid(domain, version))
+        ensure_domain(self.model, domain, version)
 
     def finish(self) -> onnx.ModelProto:
         """Nodes in a topological order, unused initializers dropped, stale value_info cleared."""

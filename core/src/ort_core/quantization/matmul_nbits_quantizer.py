@@ -25,6 +25,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from .graph import ensure_domain, remove_initializers, save
 from .types import QuantFormat
 
 MS_DOMAIN = "com.microsoft"
@@ -70,8 +71,7 @@ class QuantizedModel:
         self.model = model
 
     def save_model_to_file(self, path: str | os.PathLike, use_external_data_format: bool = False) -> None:
-        onnx.save_model(self.model, os.fspath(path), save_as_external_data=use_external_data_format,
-                        location=os.path.basename(os.fspath(path)) + ".data" if use_external_data_format else None)
+        save(self.model, os.fspath(path), use_external_data_format)
 
 
 class MatMulNBitsQuantizer:
@@ -130,11 +130,9 @@ class MatMulNBitsQuantizer:
         del graph.node[:]
         graph.node.extend(nodes)
         used = {name for n in graph.node for name in n.input} | {o.name for o in graph.output}
-        kept = [t for t in graph.initializer if t.name in used]
-        del graph.initializer[:]
-        graph.initializer.extend(kept)
-        if self.quantized and not any(o.domain == MS_DOMAIN for o in self.model.model.opset_import):
-            self.model.model.opset_import.append(helper.make_opsetid(MS_DOMAIN, 1))
+        remove_initializers(graph, {t.name for t in graph.initializer} - used)
+        if self.quantized:
+            ensure_domain(self.model.model, MS_DOMAIN)
 
     def _weight(self, node: onnx.NodeProto, inits: dict) -> np.ndarray | None:
         """The float weight (K, N) to quantize for ``node``, or None when it is not quantized."""

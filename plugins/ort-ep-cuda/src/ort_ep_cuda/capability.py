@@ -31,6 +31,7 @@ MS_OPS = {"Gelu", "SkipLayerNormalization"}
 COPIES = {"Transpose": 1, "Split": 2, "Concat": 4}  # strided copies (Identity kernel; Concat: 2-D memcpy)
 WINDOWS = {"Conv": 1, "MaxPool": 1, "AveragePool": 7, "GlobalAveragePool": 1}  # 2-D only
 AFFINE = {"BatchNormalization": 9}  # inference form, constant statistics: x * a + b per channel
+SINCE = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE}  # op -> first opset taken
 
 
 def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str], Any],
@@ -46,7 +47,7 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
             return f"{MS_DOMAIN}::{op} is not supported (of that domain only {', '.join(sorted(MS_OPS))} are)"
         since = 1
     elif domain in ("", "ai.onnx"):
-        since = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE}.get(op)
+        since = SINCE.get(op)
         if since is None:
             return (f"{op} is not supported yet (elementwise ops, MatMul, Gemm, Conv, pooling, BatchNormalization, "
                     "Softmax, LayerNormalization, Transpose, Split, Concat and views are)")
@@ -84,7 +85,7 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
     if op in ROWS or op == "SkipLayerNormalization":
         return _row_reason(node, opset, types)
     if op in COPIES:
-        return _copy_reason(node, opset, types, constant)
+        return _copy_reason(node, types, constant)
     if op in WINDOWS:
         return _window_reason(node, types, constant)
     if op in AFFINE:
@@ -210,7 +211,7 @@ def _window_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> st
     return _float_reason(node, {n: types[n] for n in node.inputs if n})
 
 
-def _copy_reason(node: Any, opset: int, types: dict, constant: Callable[[str], Any]) -> str | None:
+def _copy_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
     op, attrs = node.op_type, dict(node.attrs)
     data = node.inputs[0] if node.inputs else ""
     if not data:

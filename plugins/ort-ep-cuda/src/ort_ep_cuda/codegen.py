@@ -121,6 +121,11 @@ __device__ __forceinline__ unsigned short ort_f2h(float f) {
 """
 
 
+def identity(dtype: str, rank: int) -> Program:
+    """The copy program: one input broadcast into the output (a bias, Gemm's C, an expanded value)."""
+    return Program(dtype, rank, 1, (("Identity", (("in", 0),)),), (0,))
+
+
 def source(program: Program) -> str:
     """The CUDA C++ of ``program``: one ``extern "C"`` kernel taking one parameter struct (``pack_params``).
 

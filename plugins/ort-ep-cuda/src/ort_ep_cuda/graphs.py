@@ -90,7 +90,7 @@ class CudaGraph:
             for x, buf, n in zip(ctx.inputs, self._inputs, self._input_bytes):
                 if n:
                     rt.check_cuda("cudaMemcpyAsync (graph input)", copy(
-                        ffi.cast("void *", buf.address), ffi.cast("void *", x.ptr), n, api.MEMCPY_DEFAULT, handle))
+                        buf.ptr, ffi.cast("void *", x.ptr), n, api.MEMCPY_DEFAULT, handle))
             rt.check_cuda("cudaGraphLaunch", rt.cudart.cudaGraphLaunch(self._exec, handle))
             CudaGraph.launches += 1
             outs = []
@@ -99,7 +99,7 @@ class CudaGraph:
                 outs.append(out)
                 if out.nbytes:
                     rt.check_cuda("cudaMemcpyAsync (graph output)", copy(
-                        ffi.cast("void *", out.ptr), ffi.cast("void *", buf.address), out.nbytes,
+                        ffi.cast("void *", out.ptr), buf.ptr, out.nbytes,
                         api.MEMCPY_DEFAULT, handle))
             self._last = stream.record()
         stream.keep(*ctx.inputs, *outs)

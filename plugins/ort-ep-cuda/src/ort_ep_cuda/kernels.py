@@ -239,7 +239,7 @@ def plan_subgraph(subgraph: FusedSubgraph) -> Plan:
         elif op == "Gemm":
             c = node.inputs[2] if len(node.inputs) > 2 else ""
             beta = float(node.attrs.get("beta", 1.0))
-            bcast = codegen.Program(dtype, 2, 1, (("Identity", (("in", 0),)),), (0,)) if c and beta != 0 else None
+            bcast = codegen.identity(dtype, 2) if c and beta != 0 else None
             steps.append(Gemm(node.inputs[0], node.inputs[1], c, node.outputs[0], float(node.attrs.get("alpha", 1.0)),
                               beta, bool(node.attrs.get("transA", 0)), bool(node.attrs.get("transB", 0)), dtype,
                               node.label, bcast))
@@ -270,13 +270,11 @@ def _row(node: Any, opset: int, dtype: str) -> Row:
     op, attrs = node.op_type, node.attrs
     roles = rowops.REQUIRED[op] + rowops.OPTIONAL[op]
     inputs = {role: name for role, name in zip(roles, node.inputs) if name}
-    program = rowops.RowProgram(op, dtype, tuple(r for r in rowops.OPTIONAL[op] if r in inputs))
+    total = node.outputs[3] if op == "SkipLayerNormalization" and len(node.outputs) > 3 else ""
+    program = rowops.RowProgram(op, dtype, tuple(r for r in rowops.OPTIONAL[op] if r in inputs), with_sum=bool(total))
     coerce = None
     if op == "Softmax" and opset < 13:
         coerce = int(attrs.get("axis", 1))
-    total = node.outputs[3] if op == "SkipLayerNormalization" and len(node.outputs) > 3 else ""
-    if total:
-        program = rowops.RowProgram(op, dtype, program.present, with_sum=True)
     return Row(program, inputs, node.outputs[0], float(attrs.get("epsilon", 1e-5)), coerce, node.label, total)
 
 
@@ -304,7 +302,7 @@ def _window(node: Any, dtype: str) -> Window:
     kernel = tuple(int(v) for v in attrs["kernel_shape"]) if "kernel_shape" in attrs else None
     if op == "Conv":
         b = node.inputs[2] if len(node.inputs) > 2 else ""
-        bcast = codegen.Program(dtype, 4, 1, (("Identity", (("in", 0),)),), (0,)) if b else None
+        bcast = codegen.identity(dtype, 4) if b else None
         return Window(op, windows.WindowProgram("Im2col", dtype), node.inputs[0], node.outputs[0], kernel, pads,
                       strides, dilations, node.label, node.inputs[1], b, bcast, int(attrs.get("group", 1)))
     kind = "MaxPool" if op == "MaxPool" else \
@@ -316,7 +314,7 @@ def _window(node: Any, dtype: str) -> Window:
 def _copy(node: Any, opset: int, dtype: str, graph: Any, constants: dict) -> Copy:
     attrs = node.attrs
     rank = len(graph.type_of(node.inputs[0]).shape)
-    program = codegen.Program(dtype, rank, 1, (("Identity", (("in", 0),)),), (0,))
+    program = codegen.identity(dtype, rank)
     if node.op_type == "Transpose":
         perm = tuple(int(p) for p in attrs.get("perm", range(rank - 1, -1, -1)))
         return Copy("Transpose", program, node.inputs[0], list(node.outputs), perm, 0, None, node.label)

@@ -32,7 +32,7 @@ from .record import StepRecorder
 from .runtime import DeviceInfo, Runtime
 from .stream import CudaStream
 from .trace import Gemm as GemmCommand
-from .trace import Launch, Memcpy, Memcpy2D, Memset, Recorder, Trace, bases, check_real, resolve, tag_of
+from .trace import Launch, Memcpy, Memcpy2D, Memset, Recorder, Trace, addresses, bases, check_real, resolve, tag_of
 
 BLAS_WORKSPACE = 32 << 20  # cuBLAS's recommendation for Hopper; less suffices on older GPUs
 MAX_SIGNATURES = 16  # recorded runs (and CUDA graphs) kept per compiled subgraph, least recently used dropped
@@ -73,7 +73,7 @@ class Compiled:
                 self._traces.popitem(last=False)
         return trace
 
-    def graph(self, key: Any, trace: Trace, capture: Callable[[], CudaGraph]) -> CudaGraph | None:
+    def graph(self, key: Any, capture: Callable[[], CudaGraph]) -> CudaGraph | None:
         """The signature's CUDA graph, captured on first need; None when it cannot be (said once, in a
         warning naming the reason), then that signature runs its commands one by one."""
         with self._lock:
@@ -193,7 +193,7 @@ class Executor:
         trace = compiled.trace(key, lambda: self._record(compiled, ctx))
         self.rt.set_device(self.device.id)
         if self.use_graphs and trace.runs:
-            graph = compiled.graph(key, trace, lambda: CudaGraph(self, trace, ctx, stream))
+            graph = compiled.graph(key, lambda: CudaGraph(self, trace, ctx, stream))
             if graph is not None:
                 trace.runs += 1
                 graph.run(ctx, stream)
@@ -272,7 +272,7 @@ class Executor:
         params = ffi.new("int64_t[]", [int(w) for w in c.words])
         return NativeLaunch(params, ffi.new("void *[1]", [ffi.cast("void *", params)]),
                             ffi.new("dim3 *", [c.grid, 1, 1]), ffi.new("dim3 *", [c.block, 1, 1]),
-                            tuple(int(c.words[s]) for s in c.slots))
+                            tuple(addresses(c)))
 
     def _blas_handle(self) -> Any:
         if self._blas is None:

@@ -89,8 +89,9 @@ class CudaAllocator:
             rt.set_device(self.device.id)
             if self._pool is not None:
                 on = stream if isinstance(stream, CudaStream) else self._stream
-                rt.check_cuda(f"cudaMallocFromPoolAsync({nbytes} bytes on {self.device})",
-                              rt.cudart.cudaMallocFromPoolAsync(out, size, self._pool, on.handle))
+                status = rt.cudart.cudaMallocFromPoolAsync(out, size, self._pool, on.handle)
+                if status:  # the message is formatted only on failure: this runs for every allocation
+                    rt.check_cuda(f"cudaMallocFromPoolAsync({nbytes} bytes on {self.device})", status)
                 if on is self._stream:
                     rt.check_cuda("cudaStreamSynchronize (allocation stream)",
                                   rt.cudart.cudaStreamSynchronize(self._stream.handle))

@@ -24,7 +24,6 @@ from ort_core.memory.planned import Lifetime, assign_offsets
 TAG_SHIFT = 48
 OFFSET_MASK = (1 << TAG_SHIFT) - 1
 MAX_TAGS = (1 << 15) - 1  # tagged addresses stay positive int64 words
-WORKSPACE_ALIGNMENT = 256
 
 
 def symbol(tag: int, offset: int = 0) -> int:
@@ -165,7 +164,7 @@ class Recorder:
                 last[tag] = i
         lifetimes = [Lifetime(max(n, 1), first.get(t.scratch_tag(j), 0), last.get(t.scratch_tag(j), 0))
                      for j, n in enumerate(t.scratch)]
-        t.offsets, t.workspace = assign_offsets(lifetimes, WORKSPACE_ALIGNMENT)
+        t.offsets, t.workspace = assign_offsets(lifetimes)
         return t
 
 

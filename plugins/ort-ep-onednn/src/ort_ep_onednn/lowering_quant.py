@@ -536,12 +536,12 @@ class QuantOps:
         x = self._int_val(ins[0], "ConvInteger x")
         w = self._qconst(ins[1], "ConvInteger weights")
         w_zp = self._qconst(ins[3], "w_zero_point")
-        if ins[2] and self.constant(ins[2]) is None:  # known at run time (dynamic quantization)
+        zp = self.constant(ins[2])
+        if ins[2] and zp is None:  # known at run time (dynamic quantization)
             x_zp = self._int_val(ins[2], "ConvInteger x_zero_point")
             if x_zp.shape not in ((), (1,)):
                 raise Unsupported("ConvInteger x_zero_point is not per-tensor")
         else:
-            zp = self.constant(ins[2])
             if zp is not None and zp.size != 1:
                 raise Unsupported("ConvInteger x_zero_point is not per-tensor")
             x_zp = 0 if zp is None else int(zp.reshape(-1)[0])

@@ -43,7 +43,7 @@ def dequantize_transposed_weights(proto: onnx.ModelProto) -> int:
         w = ((q.astype(np.int32) - zp.astype(np.int32).reshape(shape)).astype(np.float32)
              * scale.astype(np.float32).reshape(shape))
         name = f"{node.input[1]}__dequantized"
-        graph.initializer.append(numpy_helper.from_array(w.astype(np.float32), name))
+        graph.initializer.append(numpy_helper.from_array(w, name))
         if readers.get(node.input[1], 0) == 1 and node.input[1] not in outputs:
             drop.append(dq)
         node.input[1] = name

@@ -173,8 +173,8 @@ def _linear_classifier(node: Node, opset: int):
     intercepts = _floats(node, "intercepts", required=False)
     if intercepts.size and coef.size % intercepts.size:
         raise KernelError(f"{node.label}: {coef.size} coefficients do not split into {intercepts.size} classes")
-    weights = coef.reshape(intercepts.size, -1) if intercepts.size else None
-    weights_t = None if weights is None else np.ascontiguousarray(weights.T)  # [features, classes], made once
+    # [features, classes], made once (without intercepts the feature count is known at run time only)
+    weights_t = np.ascontiguousarray(coef.reshape(intercepts.size, -1).T) if intercepts.size else None
     name = transform_name(node, node.attr("post_transform"))
     pos, neg = (labels[1], labels[0]) if labels.size == 2 else (("1", "0") if labels.dtype == object else (1, 0))
     pair = np.array([neg, pos], dtype=labels.dtype)

@@ -307,13 +307,12 @@ def _array_feature_extractor(node: Node, opset: int, graph=None):
         x = _tensor(node, x)
         last = x.shape[-1] if x.ndim else 1
         if const is not None:
-            idx = const
-            if bounds is not None and (bounds[0] < 0 or bounds[1] >= last):
-                raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
+            idx, lo_hi = const, bounds
         else:
             idx = _tensor(node, indices, "indices").astype(np.int64).reshape(-1)
-            if idx.size and (idx.min() < 0 or idx.max() >= last):
-                raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
+            lo_hi = (int(idx.min()), int(idx.max())) if idx.size else None
+        if lo_hi is not None and (lo_hi[0] < 0 or lo_hi[1] >= last):
+            raise KernelError(f"{node.label}: indices {idx.tolist()} out of range for last dimension {last}")
         rows = x.reshape(1, -1) if x.ndim <= 1 else x
         return (rows.take(idx, axis=-1),)  # the method: np.take's Python wrapper costs as much as the take
     return kernel

@@ -20,10 +20,10 @@ from .ml_tree_aggregate import Aggregator
 from .ml_tree_table import LEAF, MEMBER, Forest
 from .ml_tree_walk import (
     GEMM_MAX_DEPTH,
-    MIN_PAIRS_PER_THREAD,
     STRATEGIES,
     choose,
     leaves,
+    one_block,
     perfect_fits,
     run_blocks,
     scalar_row,
@@ -35,8 +35,8 @@ _AGGREGATES = ("AVERAGE", "SUM", "MIN", "MAX")  # TreeEnsemble's integer codes 0
 _V5_TRANSFORMS = ("NONE", "SOFTMAX", "LOGISTIC", "SOFTMAX_ZERO", "PROBIT")
 
 FORCE_STRATEGY: str | None = None
-"""None: each kernel picks its traversal per batch (ml_tree_walk.choose); "walk", "perfect", "gemm" or
-"allnodes" forces it for the kernels created afterwards (the bench and the tests compare them). gemm
+"""None: each kernel picks its traversal per batch (ml_tree_walk.choose); "walk", "perfect", "gemm",
+"allnodes" or "scalar" forces it for the kernels created afterwards (the bench and the tests compare them). gemm
 (depth > 4) and perfect (more than 16M padded positions) fall back to walk for trees too deep for them."""
 
 _BLOCK_PAIRS = 1 << 16  # (sample, tree) pairs per row block: the walk's arrays stay in cache (2.5x faster)
@@ -65,8 +65,11 @@ class _Ensemble:
             self.strategy = "walk"
         # one sample, plain x <= t trees: walked and summed in plain Python (no numpy call per level)
         self.strategy1 = self.strategy or choose(forest, 1)  # batch 1's, chosen once
-        self.one_row = not forest.any_special and forest.depth > 0 and forest.roots.size > 0 and \
-            self.strategy1 == "scalar"
+        self.one_row = not forest.any_special and forest.depth > 0 and forest.roots.size > 0 and n_targets > 0 \
+            and self.strategy1 == "scalar"
+        if self.one_row:  # its lists now, not at the first run
+            forest.lists(dtype)
+            self.aggregate.entries()
 
     def features(self, node: Node, x) -> np.ndarray:
         """[N, F] C-contiguous rows in the comparison dtype: float64 for float64 input or thresholds
@@ -88,7 +91,7 @@ class _Ensemble:
 
     def __call__(self, node: Node, x, how: str) -> tuple[np.ndarray, np.ndarray]:
         xc = self.features(node, x)
-        if self.one_row and xc.shape[0] == 1 and self.k:
+        if self.one_row and xc.shape[0] == 1:
             row = xc[0].tolist()
             if not (self.forest.any_nan_step and any(v != v for v in row)):  # NaN takes the numpy walk
                 return self.aggregate.one_row(scalar_row(self.forest, row, xc.dtype), how)
@@ -99,7 +102,7 @@ class _Ensemble:
         width = max(t * (k if self.aggregate.layout != "tree" else 1), t * 2 ** min(self.forest.depth, 12)
                     if strategy == "gemm" else 1, self.forest.size if strategy == "allnodes" else 1)
         max_rows = max(1, min(_BLOCK_PAIRS // max(t, 1), _BLOCK_ELEMENTS // max(width, 1)))
-        if n <= max_rows and n * t < 2 * MIN_PAIRS_PER_THREAD:  # one block on this thread (as run_blocks would)
+        if one_block(n, t, max_rows):  # without run_blocks' closure and result arrays
             return self.aggregate(leaves(self.forest, xc, strategy), how)
         out, has = np.zeros((n, k)), np.zeros((n, k), dtype=bool)
 

@@ -107,16 +107,20 @@ class Aggregator:
             out = out / max(t, 1)
         return np.ascontiguousarray(out), has
 
-    def one_row(self, leaves: list[int], how: str) -> tuple[np.ndarray, np.ndarray]:
-        """``__call__`` for one sample's leaves (a Python list), in plain Python over per-leaf entry lists made
-        at the first call: at batch 1 on a few trees this costs less than the numpy calls of any layout.
-        Sums run in float64 as there, tree by tree."""
-        entries = self._entries
-        if entries is None:
-            entries = [[] for _ in range(self.size)]
+    def entries(self) -> list[list[tuple[int, float]]]:
+        """Per node, its (target, weight) entries as Python values (``one_row``'s table), made once."""
+        if self._entries is None:
+            entries: list[list[tuple[int, float]]] = [[] for _ in range(self.size)]
             for node, target, weight in zip(self.nodes.tolist(), self.targets.tolist(), self.weights.tolist()):
                 entries[node].append((target, weight))
             self._entries = entries
+        return self._entries
+
+    def one_row(self, leaves: list[int], how: str) -> tuple[np.ndarray, np.ndarray]:
+        """``__call__`` for one sample's leaves (a Python list), in plain Python over ``entries``: at batch 1
+        on a few trees this costs less than the numpy calls of any layout. Sums run in float64 as there, tree
+        by tree."""
+        entries = self.entries()
         k = self.k
         if how in ("SUM", "AVERAGE"):
             out, has = [0.0] * k, [False] * k

@@ -155,13 +155,15 @@ class Forest:
             self._records[dtype] = rec
         return rec
 
-    def lists(self, dtype) -> tuple[list, list, list]:
-        """(base, feature, threshold) of every node as Python lists, for the scalar walk (thresholds in
-        ``dtype``, then as Python floats: comparing float32 values through float64 keeps their order)."""
+    def lists(self, dtype) -> tuple[list, list, list, list]:
+        """(base, feature, threshold) of every node and the roots, as Python lists, for the scalar walk
+        (thresholds in ``dtype``, then as Python floats: comparing float32 values through float64 keeps their
+        order)."""
         key = ("lists", np.dtype(dtype))
         got = self._perfect.get(key)
         if got is None:
-            got = (self.base.tolist(), self.feature.tolist(), self.thresholds(np.dtype(dtype).type).tolist())
+            got = (self.base.tolist(), self.feature.tolist(), self.thresholds(np.dtype(dtype).type).tolist(),
+                   self.roots.tolist())
             self._perfect[key] = got
         return got
 

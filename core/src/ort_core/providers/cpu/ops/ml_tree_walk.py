@@ -75,10 +75,19 @@ def _executor() -> ThreadPoolExecutor:
         return _pool
 
 
+def one_block(n: int, pairs_per_row: int, max_rows: int) -> bool:
+    """Whether a batch of ``n`` rows is one block on the calling thread whatever the thread budget (too few
+    pairs for a second thread: see ``run_blocks``)."""
+    return n <= max_rows and n * max(pairs_per_row, 1) < 2 * MIN_PAIRS_PER_THREAD
+
+
 def run_blocks(fn, n: int, pairs_per_row: int, max_rows: int) -> None:
     """Call ``fn(start, stop)`` over row blocks of ``[0, n)`` of at most ``max_rows`` rows (small
     blocks keep the walk's arrays in cache), the blocks dealt round-robin to the calling thread and
     pool workers when the batch is worth it (see the module docstring)."""
+    if one_block(n, pairs_per_row, max_rows):
+        fn(0, n)
+        return
     threads = min(thread_budget(), n * max(pairs_per_row, 1) // MIN_PAIRS_PER_THREAD)
     if threads <= 1 and n <= max_rows:
         fn(0, n)
@@ -140,12 +149,12 @@ def leaves(forest: Forest, x: np.ndarray, strategy: str) -> np.ndarray:
 
 
 def scalar_row(forest: Forest, row: list, dtype) -> list[int]:
-    """The leaf each tree sends one sample (``row``: its features as Python floats) to, by the scalar walk;
-    plain ``x <= t`` trees and a row without NaN only (as ``_scalar``)."""
-    base, feature, threshold = forest.lists(dtype)
+    """The leaf each tree sends one sample (``row``: its features as Python floats) to, walked in plain Python
+    over lists made once; plain ``x <= t`` trees and a row without NaN only."""
+    base, feature, threshold, roots = forest.lists(dtype)
     out = []
-    for node in forest.roots.tolist():
-        while True:
+    for node in roots:
+        while True:  # a leaf sends every sample to itself (its threshold is NaN: x <= NaN never holds)
             nxt = base[node] + (row[feature[node]] <= threshold[node])
             if nxt == node:
                 break
@@ -155,18 +164,7 @@ def scalar_row(forest: Forest, row: list, dtype) -> list[int]:
 
 
 def _scalar(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
-    base, feature, threshold = forest.lists(x.dtype)
-    roots = forest.roots.tolist()
-    out = []
-    for row in x.tolist():
-        for node in roots:
-            while True:  # a leaf sends every sample to itself (its threshold is NaN: x <= NaN never holds)
-                nxt = base[node] + (row[feature[node]] <= threshold[node])
-                if nxt == node:
-                    break
-                node = nxt
-            out.append(node)
-    return np.array(out, dtype=np.intp)
+    return np.array([leaf for row in x.tolist() for leaf in scalar_row(forest, row, x.dtype)], dtype=np.intp)
 
 
 def _walk(forest: Forest, x: np.ndarray, check_nan: bool) -> np.ndarray:
