@@ -113,6 +113,34 @@ class Builder:
         ctx = self.op("MatMul", self.op("Softmax", s, axis=-1), vh)
         return self.op("Reshape", self.op("Transpose", ctx, perm=[0, 2, 1, 3]), self.const([0, 0, hidden], np.int64))
 
+    def shape_dim(self, src, i):
+        """Unsqueeze(Gather(Shape(src), i), [0]): dim i of src as a 1-D value."""
+        g = self.op("Gather", self.op("Shape", src), self.const(i, np.int64), axis=0)
+        return self.op("Unsqueeze", g, self.const([0], np.int64))
+
+    def dynamic_attention(self, x, hidden, h, batch_dim=0):
+        """Whisper's export (transformers' SDPA path): reshape targets read off Shape(x), and the scale
+        Sqrt(1 / Sqrt(head size)) read off Shape(q) applied to q and to k^T."""
+        d = hidden // h
+        q, v = self.linear(x, hidden, hidden), self.linear(x, hidden, hidden)
+        k = self.op("MatMul", x, self.weight(hidden, hidden))
+        batch, seq = self.shape_dim(x, batch_dim), self.shape_dim(x, 1)
+
+        def heads(p, perm, seq_dim):
+            target = self.op("Concat", batch, seq_dim, self.const([h], np.int64), self.const([d], np.int64), axis=0)
+            return self.op("Transpose", self.op("Reshape", p, target), perm=perm)
+
+        qh = heads(q, [0, 2, 1, 3], seq)
+        kh = heads(k, [0, 2, 3, 1], self.const([-1], np.int64))
+        vh = heads(v, [0, 2, 1, 3], self.const([-1], np.int64))
+        last = self.op("Slice", self.op("Shape", qh), self.const([-1], np.int64), self.const([2 ** 62], np.int64))
+        root = self.op("Sqrt", self.op("Cast", last, to=F))
+        scale = self.op("Sqrt", self.op("Div", self.const(1.0), root))
+        scores = self.op("MatMul", self.op("Mul", qh, scale), self.op("Mul", kh, scale))
+        ctx = self.op("MatMul", self.op("Softmax", scores, axis=-1), vh)
+        target = self.op("Concat", batch, seq, self.const([hidden], np.int64), axis=0)
+        return self.op("Reshape", self.op("Transpose", ctx, perm=[0, 2, 1, 3]), target)
+
     def model(self, inputs, outputs):
         return make_model(self.nodes, [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
                           [helper.make_tensor_value_info(n, F, None) for n in outputs], self.inits, opset=self.opset)
@@ -402,6 +430,26 @@ def test_symbolic_batch_and_sequence_still_fuse():
     assert ops == ["SelfAttention", "SkipLayerNormalization"]
 
 
+@pytest.mark.parametrize("dims", [["B", "S", 16], [2, 6, 16]])
+def test_attention_whose_shapes_and_scale_come_from_shape_reads_is_fused(dims):
+    """Reshape targets Concat(Shape(x)[0], Shape(x)[1], heads, size) and a scale computed from Shape(q)
+    (Whisper's export): the scale folds once its dims are known, the fused node reads none of the shape
+    computations, and they go with the pattern."""
+    b = Builder()
+    y = b.dynamic_attention("x", 16, 2)
+    ops, _ = run_both(b.model([("x", F, dims)], [y]), {"x": rand(2, 6, 16)})
+    assert ops == ["Attention"]
+
+
+def test_attention_reading_a_wrong_dim_off_the_shape_is_not_fused():
+    """A reshape target taking x's dim 1 where the batch goes is no head split of x: left alone (fed a
+    square batch, so that it runs)."""
+    b = Builder()
+    y = b.dynamic_attention("x", 16, 2, batch_dim=1)
+    ops, _ = run_both(b.model([("x", F, ["B", "S", 16])], [y]), {"x": rand(3, 3, 16)})
+    assert "Attention" not in ops and "Softmax" in ops
+
+
 def test_float64_chains_fuse_and_float16_chains_do_not():
     for dtype, elem in ((np.float64, TensorProto.DOUBLE), (np.float16, TensorProto.FLOAT16)):
         b = Builder()
@@ -466,7 +514,8 @@ def test_bert_key_mask_of_int64_ids_becomes_the_attention_mask_index():
     mask[1, 4:] = 0
     feeds = {"x": rand(2, 6, 16), "attention_mask": mask}
     ops, ref = run_both(model, feeds)
-    assert ops.count("Attention") == 2 and "SelfAttention" not in ops and ops.count("Cast") == 2  # the model's + one
+    # one Cast to int32 for both layers; the model's Cast to float fed only the masks replaced, and went with them
+    assert ops.count("Attention") == 2 and "SelfAttention" not in ops and ops.count("Cast") == 1
     np.testing.assert_allclose(_onnxruntime_runs_the_optimized_model(model, feeds)[0], ref[0], rtol=1e-4, atol=1e-4)
 
 

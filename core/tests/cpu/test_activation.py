@@ -171,6 +171,21 @@ def test_softmax_family_coerced_2d(op, opset, axis):
         check(op, [x], attrs, opset=opset, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("opset", [11, 13])
+def test_large_softmax_runs_by_row_blocks(opset, monkeypatch):
+    """From _SOFTMAX_BLOCK elements on, the last-axis softmax runs block by block (here 8 rows a block),
+    each block shifted by its own maximum; a row far below the rest of its block takes the per-row shift,
+    and the other rows of that block stay right."""
+    from ort_core.providers.cpu.ops import activation
+
+    monkeypatch.setattr(activation, "_SOFTMAX_BLOCK", 8 * 50)
+    x = rand(np.random.default_rng(21), 4, 30, 50) * 3
+    x[1, 9] -= 5000.0  # exp(x - block maximum) of this row is 0 everywhere
+    (y,) = run_ours("Softmax", [x], {"axis": -1 if opset >= 13 else 2}, opset=opset)
+    np.testing.assert_allclose(y, softmax_2d_expected("Softmax", x, 2), rtol=1e-5, atol=1e-7)
+    assert y.shape == x.shape and y.dtype == np.float32
+
+
 @pytest.mark.parametrize("op", SOFTMAX_OPS)
 def test_softmax_family_semantics_change_at_13(op):
     # opset 11 flattens to 2-D at axis 1 (default); opset 13 works per axis (default -1)

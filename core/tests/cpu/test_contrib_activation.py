@@ -43,6 +43,25 @@ def test_bias_gelu_matches_onnxruntime(shape):
     assert out.shape == shape
 
 
+@pytest.mark.parametrize("op", ["Gelu", "BiasGelu", "FastGelu"])
+def test_large_gelus_run_by_row_blocks_and_match_onnxruntime(op, monkeypatch):
+    """From BY_ROWS_MIN elements on, the GELUs run by row blocks (several here: 64 elements a block); the
+    values stay onnxruntime's, special values included."""
+    from ort_core.providers.cpu.ops import activation, contrib_activation
+
+    monkeypatch.setattr(contrib_activation, "BY_ROWS_MIN", 64)
+    monkeypatch.setattr(activation, "BY_ROWS_BLOCK", 64)
+    blocks = []
+    for name in ("gelu_erf_values", "gelu_tanh_values"):
+        fn = getattr(contrib_activation, name)
+        monkeypatch.setattr(contrib_activation, name, lambda part, fn=fn: blocks.append(part.shape) or fn(part))
+    x = _x(3, 40, 16)
+    x[1, 3, :14] = SPECIAL
+    inputs = [x] if op == "Gelu" else [x, _x(16)]
+    out = check_onnxruntime(op, inputs, rtol=1e-5, atol=1e-6)[0]
+    assert out.shape == x.shape and blocks == [(4, 16)] * 30
+
+
 @pytest.mark.parametrize("shape", [(2, 3, 16), (16,)])
 def test_fast_gelu_with_bias_matches_onnxruntime(shape):
     x, bias = _x(*shape), _x(16)

@@ -121,6 +121,27 @@ def test_attention_bias_broadcast(shape):
                       {"num_heads": N, "unidirectional": 1})
 
 
+@pytest.mark.parametrize("extras", ["none", "mask+bias", "one-row-far-below"])
+def test_long_attention_runs_by_query_blocks_and_matches_onnxruntime(extras, monkeypatch):
+    """Past 2 * _ATTEND_BLOCK scores the kernel works by blocks of query rows (several blocks per head
+    here), normalizing after the product with v; a row whose scores all lie far below the block's maximum
+    (a large negative attention_bias on it) takes the per-row shift instead."""
+    from ort_core.providers.cpu.ops import contrib_attention
+
+    monkeypatch.setattr(contrib_attention, "_ATTEND_BLOCK", 1 << 12)  # 40-row blocks, 4 per head
+    b, seq, heads = 2, 100, 2
+    x, w, bias = _rand(b, seq, 16, seed=3), _rand(16, 48, seed=4) * 0.5, _rand(48, seed=5)
+    inputs = [x, w, bias]
+    if extras == "mask+bias":
+        inputs += [np.array([70, 100], np.int32), None, _rand(b, 1, seq, seq, seed=6)]
+    elif extras == "one-row-far-below":
+        far = np.zeros((1, 1, seq, seq), np.float32)
+        far[0, 0, 7] = -2000.0  # exp(-2000 + ...) vanishes against the block's maximum
+        inputs += [None, None, far]
+    out = check_onnxruntime("Attention", inputs, {"num_heads": heads}, rtol=1e-4, atol=1e-5)[0]
+    assert out.shape == (b, seq, 16) and np.isfinite(out).all()
+
+
 def test_attention_float16():
     x, w, b = (t.astype(np.float16) for t in _attn_inputs())
     past = _rand(2, B, N, 3, H, seed=4, dtype=np.float16)

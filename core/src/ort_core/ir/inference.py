@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 import onnx
 from onnx import AttributeProto, TensorProto, TypeProto, defs, helper
 
+from . import shape_values
 from .external import MAX_SUBGRAPH_DEPTH
 from .graph import is_onnx_domain, onnx_domain
 
@@ -27,6 +28,7 @@ class _Scope:
         self.opset_protos = outer.opset_protos if outer else [helper.make_opsetid(d, v) for d, v in opsets.items()]
         self.types: dict[str, TypeProto] = dict(outer.types) if outer else {}
         self.data: dict[str, TensorProto] = dict(outer.data) if outer else {}
+        self.values: dict = dict(outer.values) if outer else {}  # shape values (shape_values.py)
 
 
 def infer_in_process(proto: onnx.ModelProto) -> dict[str, TypeProto]:
@@ -68,6 +70,9 @@ def _infer_graph(graph: onnx.GraphProto, outer: _Scope, input_types: dict[str, T
         return scope
     for node in _topological(graph):
         outs = _infer_node(node, scope, depth)
+        reshaped = shape_values.step(node, scope.types, scope.data, scope.values)
+        if reshaped and _unknown_dims(outs, reshaped):
+            outs = {**(outs or {}), **reshaped}
         for name, t in (outs or {}).items():
             if name and name not in known and t.WhichOneof("value") is not None:
                 scope.types[name] = t
@@ -134,6 +139,13 @@ def _yields(body: onnx.GraphProto, scope: _Scope, input_types: list, depth: int,
         t = v.type if v.type.WhichOneof("value") is not None else inner.types.get(v.name)
         out.append(_loose(t) if loose else t)
     return out
+
+
+def _unknown_dims(outs: dict[str, TypeProto] | None, better: dict[str, TypeProto]) -> bool:
+    """Whether ``better`` knows more dims than onnx's ``outs`` for the same values."""
+    def known(t: TypeProto | None) -> int:
+        return -1 if t is None else sum(1 for d in _dims(t) if d.HasField("dim_value") or d.dim_param)
+    return any(known(t) > known((outs or {}).get(name)) for name, t in better.items())
 
 
 def _sane(t: TypeProto) -> TypeProto:

@@ -22,6 +22,7 @@ from .conv_fold import fold_into_conv
 from .cse import eliminate_common_subexpressions
 from .dead_code import eliminate_dead_code
 from .identity import remove_identities
+from .shape_folding import fold_static_shapes
 
 BASIC = 1
 EXTENDED = 2  # provider fusions, run as the providers' transforms after partitioning (cpu_fusion.py)
@@ -48,6 +49,10 @@ def _basic(model: Model, graph: Graph, evaluate: Callable, keep: set[str], outer
     stats["identity_removal"] += remove_identities(graph)
     stats["common_subexpressions"] += eliminate_common_subexpressions(graph)
     stats["constant_folding"] += fold_constants(view, evaluate, keep=keep, outer=outer)
+    shapes = fold_static_shapes(graph)  # after folding: the indices read off shapes are constants by now
+    if shapes:
+        stats["shape_folding"] += shapes
+        stats["constant_folding"] += fold_constants(view, evaluate, keep=keep, outer=outer)
     stats["chains"] += simplify_chains(graph)
     stats["conv_folding"] += fold_into_conv(graph)
     stats["dead_code"] += eliminate_dead_code(graph)

@@ -35,7 +35,7 @@ class Scores(NamedTuple):
 
 
 def fuse_attention(m: Matcher) -> int:
-    count = 0
+    count, freed = 0, set()
     for node in list(m.graph.nodes):
         if m.eligible(node, "Softmax") and int(node.attr("axis", -1 if m.model.opset() >= 13 else 1)) in (-1, 3):
             for scores in _score_chains(m, node.inputs[0]):
@@ -43,8 +43,11 @@ def fuse_attention(m: Matcher) -> int:
                 if found is not None:
                     nodes, inputs, out, heads = found
                     op, domain, inputs, attrs = _node_for(m, inputs, heads)
-                    count += m.replace(nodes, op, inputs, [out], attrs, domain=domain) is not None
+                    if m.replace(nodes, op, inputs, [out], attrs, domain=domain) is not None:
+                        count += 1
+                        freed.update(i for n in nodes for i in n.inputs)
                     break
+    m.drop_unread(freed)  # the reshape targets read off shapes (reshape_target) fed only the fused nodes
     return count
 
 
@@ -198,8 +201,9 @@ def _head(m: Matcher, name: str, perm: list[int]):
         factor, nodes = s[1], [n]
         t, tn = _transposed(m, s[0], perm)
     r = m.producer(t.inputs[0], "Reshape") if t is not None else None
-    target = m.const(r.inputs[1]) if r is not None and len(r.inputs) > 1 else None
-    if target is None or target.shape != (4,) or int(r.attr("allowzero", 0)) != 0 or min(target[2:]) <= 0:
+    target = reshape_target(m, r.inputs[1]) if r is not None and len(r.inputs) > 1 else None
+    if target is None or len(target) != 4 or int(r.attr("allowzero", 0)) != 0 or \
+            not all(isinstance(d, int) and d > 0 for d in target[2:]):
         return None
     nodes += [*tn, r]
     source = r.inputs[0]
@@ -260,16 +264,71 @@ def _even_split(m: Matcher, split: Node) -> bool:
     return sizes is None or len(set(int(s) for s in np.asarray(sizes).reshape(-1))) == 1
 
 
-def _resolves(target, expected: list) -> bool:
+def reshape_target(m: Matcher, name: str) -> list | None:
+    """A Reshape's target as a list: constant ints, or read off a Concat of one-element pieces (as exports
+    compute ``view(batch, seq, heads, -1)``), each a constant or ``Unsqueeze(Gather(Shape(src), i), [0])``,
+    which stands as ``(src, i)``; None for anything else."""
+    c = m.const(name)
+    if c is not None:
+        return [int(v) for v in c.reshape(-1)] if c.ndim == 1 and c.dtype.kind in "iu" else None
+    concat = m.producer(name, "Concat")
+    if concat is None or int(concat.attr("axis", 0)) not in (0, -1):
+        return None
+    target: list = []
+    for piece in concat.inputs:
+        c = m.const(piece)
+        if c is not None and c.ndim == 1 and c.dtype.kind in "iu":
+            target += [int(v) for v in c]
+            continue
+        dim = _shape_dim(m, piece)
+        if dim is None:
+            return None
+        target.append(dim)
+    return target
+
+
+def _shape_dim(m: Matcher, name: str) -> tuple[str, int] | None:
+    """(src, i) when ``name`` is ``Unsqueeze(Gather(Shape(src), i), [0])`` (dim i of src as a 1-D value)."""
+    unsqueeze = m.producer(name, "Unsqueeze")
+    if unsqueeze is None:
+        return None
+    axes = unsqueeze.attr("axes")
+    if axes is None and len(unsqueeze.inputs) > 1:
+        axes = m.const(unsqueeze.inputs[1])
+    gather = m.producer(unsqueeze.inputs[0], "Gather")
+    if axes is None or [int(a) for a in np.asarray(axes).reshape(-1)] != [0] or gather is None:
+        return None
+    shape, index = m.producer(gather.inputs[0], "Shape"), m.const(gather.inputs[1])
+    if shape is None or index is None or index.shape != () or int(gather.attr("axis", 0)) != 0:
+        return None
+    if int(shape.attr("start", 0)) != 0 or int(index) < 0:
+        return None
+    return shape.inputs[0], int(index)
+
+
+def _resolves(m: Matcher, target: list, expected: list, x: str) -> bool:
     """Whether Reshape to ``target`` gives ``expected`` (ints; symbolic batch/sequence dims as None) for
-    an input whose leading dims are those of ``expected``: 0 copies, one -1 is inferred, others must equal."""
-    target = [int(t) for t in target]
+    an input whose leading dims are those of ``expected`` (x's): 0 copies, one -1 is inferred, others must
+    equal; a dim read off a shape (``reshape_target``) must be x's own dim at that place."""
     if target.count(-1) > 1:
         return False
     for i, (t, e) in enumerate(zip(target, expected)):
-        if t == 0 and i >= 2 or t > 0 and t != e or t < -1:
+        if isinstance(t, tuple):
+            if i >= 2 or not _same_dim(m, t, x, i):
+                return False
+        elif t == 0 and i >= 2 or t > 0 and t != e or t < -1:
             return False
     return True
+
+
+def _same_dim(m: Matcher, dim: tuple[str, int], x: str, i: int) -> bool:
+    """Whether dim ``dim[1]`` of ``dim[0]`` is x's dim ``i``: x itself, or a value of the same symbolic or
+    static dim there."""
+    src, j = dim
+    if src == x:
+        return i == j
+    a, b = m.shape(src), m.shape(x)
+    return a is not None and b is not None and j < len(a) and i < len(b) and a[j] == b[i] and a[j] is not None
 
 
 def _match(m: Matcher, softmax: Node, scores: Scores):
@@ -295,10 +354,10 @@ def _match(m: Matcher, softmax: Node, scores: Scores):
     if parts[0][1].dtype not in (np.float32, np.float64) or len({p[1].dtype for p in parts}) != 1:
         return None
     batch, seq = (d if isinstance(d, int) else None for d in shape[:2])
-    target = m.const(out_reshape.inputs[1]) if len(out_reshape.inputs) > 1 else None
-    if target is None or target.shape != (3,) or not _resolves(target, [batch, seq, width]):
+    target = reshape_target(m, out_reshape.inputs[1]) if len(out_reshape.inputs) > 1 else None
+    if target is None or len(target) != 3 or not _resolves(m, target, [batch, seq, width], x):
         return None
-    if not all(_resolves(h[4], [batch, seq, n_heads, size]) for h in heads):
+    if not all(_resolves(m, h[4], [batch, seq, n_heads, size], x) for h in heads):
         return None
     everything = [*proj_nodes, *[n for h in heads for n in h[3]], *nodes, softmax, pv, back, out_reshape]
     out = out_reshape.outputs[0]

@@ -177,6 +177,30 @@ class Matcher:
         self._drop_unused_constants({i for n in nodes for i in n.inputs if i})
         return new
 
+    def drop_unread(self, names: set[str]) -> int:
+        """Remove the nodes making ``names`` that nothing reads any more (the shape computations that fed
+        replaced nodes: Shape, Gather, Concat...), and then their producers while they too go unread;
+        returns how many went."""
+        gone: set[int] = set()
+        pending = [n for n in names if n]
+        while pending:
+            node = self.producers.get(pending.pop())
+            if node is None or node.id in gone or not self.eligible(node) or node.subgraphs():
+                continue
+            if any(o and (self.consumers.get(o) or o in self.protected) for o in node.outputs):
+                continue
+            gone.add(node.id)
+            del self.by_id[node.id]
+            for o in node.outputs:
+                self.producers.pop(o, None)
+            for i in set(node.inputs):
+                if i:
+                    self.consumers[i] = [u for u in self.consumers.get(i, []) if u is not node]
+                    pending.append(i)
+        if gone:
+            self.graph.nodes = [n for n in self.graph.nodes if n.id not in gone]
+        return len(gone)
+
     def _drop_unused_constants(self, names: set[str]) -> None:
         """Weights only the replaced nodes read (repacked into new constants) need not stay in memory."""
         for name in names:

@@ -10,6 +10,7 @@ import math
 import numpy as np
 
 from ....errors import KernelError
+from ..blocks import map_rows, over_rows
 from ..registry import register
 from .elementwise import erf
 
@@ -296,7 +297,29 @@ def gelu_factory(node, opset):
         raise KernelError(f"{node.label}: unsupported Gelu approximate='{approximate}' "
                           f"(expected 'none' or 'tanh')")
 
-    return _unary(gelu_tanh_values if approximate == "tanh" else gelu_erf_values)
+    fn = gelu_tanh_values if approximate == "tanh" else gelu_erf_values
+
+    def kernel(x):
+        if x.ndim == 0:
+            return (fn(x.reshape(1)).reshape(()),)
+        return (by_rows(fn, x) if x.size >= BY_ROWS_MIN and x.dtype.kind == "f" else fn(x),)
+
+    return kernel
+
+
+BY_ROWS_MIN = 1 << 17  # elements from which an element-wise chain runs by row blocks (by_rows)
+BY_ROWS_BLOCK = 1 << 17  # elements of one such block (512 KiB of float32)
+
+
+def by_rows(fn, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """``fn(x + bias)`` (bias over the last axis, or none) into a new array of x's dtype, by row blocks: a
+    chain of a dozen element-wise passes (GELU's erf) then runs in cache rather than over memory, and the
+    blocks split over the session's threads."""
+    rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
+    out = np.empty(x.shape, x.dtype)
+    map_rows(fn if bias is None else (lambda block: fn(np.add(block, bias))), rows, out.reshape(rows.shape),
+             BY_ROWS_BLOCK)
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -310,19 +333,20 @@ def gelu_factory(node, opset):
 _MIN_ROW_SUM = {np.dtype(np.float32): np.exp(-60.0), np.dtype(np.float64): np.exp(-600.0)}
 
 
-def _shifted_exp(x, axis):
-    """(exp(x - c), row sums of it, c) with c the global or, if needed, the per-row maximum."""
+def _shifted_exp(x, axis, out=None):
+    """(exp(x - c), row sums of it, c) with c the global or, if needed, the per-row maximum; the exps
+    go into ``out`` when given."""
     floor = _MIN_ROW_SUM.get(x.dtype)
     if floor is not None:
         m = np.max(x)
         if np.isfinite(m):
-            e = np.subtract(x, m)
+            e = np.subtract(x, m, out=out)
             np.exp(e, out=e)
             s = np.sum(e, axis=axis, keepdims=True)
             if np.min(s) >= floor:
                 return e, s, m
     m = np.max(x, axis=axis, keepdims=True)
-    e = np.subtract(x, m)
+    e = np.subtract(x, m, out=out)
     np.exp(e, out=e)
     return e, np.sum(e, axis=axis, keepdims=True), m
 
@@ -330,9 +354,39 @@ def _shifted_exp(x, axis):
 def _softmax(x, axis):
     # float16 stays float16 step by step (per-row shift), as the spec's formula in type T reads;
     # function bodies such as Attention's expansion are specified that way
+    if axis in (-1, x.ndim - 1) and x.size >= _SOFTMAX_BLOCK and x.flags.c_contiguous:
+        return softmax_last_axis(x)
     e, s, _ = _shifted_exp(x, axis)
     e /= s
     return e
+
+
+_SOFTMAX_BLOCK = 1 << 18  # elements of a row block (1 MiB of float32: its exps stay in cache)
+
+
+def softmax_last_axis(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis into a new array, by row blocks that stay in cache, the blocks split
+    over the session's threads when large; each block shifts by its own maximum (see _shifted_exp)."""
+    out = np.empty(x.shape, x.dtype)
+    if x.size == 0:
+        return out
+    width = x.shape[-1]
+    rows, o2 = np.ascontiguousarray(x).reshape(-1, width), out.reshape(-1, width)
+
+    def block(i: int, j: int) -> None:
+        e, s, _ = _shifted_exp(rows[i:j], -1, out=o2[i:j])
+        e /= s
+
+    over_rows(block, rows.shape[0], width, _SOFTMAX_BLOCK)
+    return out
+
+
+def softmax_rows_inplace(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis of the 2-D ``x``, written over it, each row shifted by its own maximum."""
+    np.subtract(x, np.max(x, axis=-1, keepdims=True), out=x)
+    np.exp(x, out=x)
+    x /= np.sum(x, axis=-1, keepdims=True)
+    return x
 
 
 def _log_softmax(x, axis):

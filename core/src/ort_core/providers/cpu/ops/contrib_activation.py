@@ -13,7 +13,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
-from .activation import _float_attr, _sigmoid, gelu_erf_values, gelu_tanh_values
+from .activation import BY_ROWS_MIN, _float_attr, _sigmoid, by_rows, gelu_erf_values, gelu_tanh_values
 
 DOMAIN = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -27,20 +27,34 @@ def _compute(label: str, name: str, x: np.ndarray) -> np.ndarray:
     return xc.reshape(xc.shape or (1,))  # numpy turns 0-d results into scalars that out= cannot take
 
 
-def _plus_bias(label: str, x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
-    """x + bias as a new array in x's compute dtype; bias must be 1-D of x's last dimension."""
-    xc = _compute(label, "X", x)
-    if bias is None:
-        return xc
+def _check_bias(label: str, x: np.ndarray, bias: np.ndarray) -> None:
+    """bias must be 1-D of x's last dimension, in x's dtype."""
     if bias.dtype != x.dtype:
         raise KernelError(f"{label}: bias has type {bias.dtype}, its input has {x.dtype}")
     if bias.ndim != 1 or x.ndim == 0 or bias.shape[0] != x.shape[-1]:
         raise KernelError(f"{label}: bias must be 1-D with the length of the input's last dimension, got bias "
                           f"{bias.shape} for input {x.shape}")
+
+
+def _plus_bias(label: str, x: np.ndarray, bias: np.ndarray | None) -> np.ndarray:
+    """x + bias as a new array in x's compute dtype; bias must be 1-D of x's last dimension."""
+    xc = _compute(label, "X", x)
+    if bias is None:
+        return xc
+    _check_bias(label, x, bias)
     if x.dtype.itemsize >= 4:  # xc is x itself (or a view of it): never add into it
         return np.add(xc, bias)
     xc += bias.astype(xc.dtype, copy=False)
     return xc
+
+
+def _gelu(label: str, fn, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
+    """fn(x + bias) in x's dtype: large float32/float64 inputs by row blocks (activation.by_rows)."""
+    if x.dtype.kind == "f" and x.dtype.itemsize >= 4 and x.ndim and x.size >= BY_ROWS_MIN:
+        if bias is not None:
+            _check_bias(label, x, bias)
+        return by_rows(fn, x, bias)
+    return _finish(fn(_plus_bias(label, x, bias)), x)
 
 
 def _finish(y: np.ndarray, like: np.ndarray) -> np.ndarray:
@@ -52,7 +66,7 @@ def gelu_factory(node, opset):
     label = node.label
 
     def kernel(x):
-        return (_finish(gelu_erf_values(_compute(label, "X", x)), x),)
+        return (_gelu(label, gelu_erf_values, x),)
 
     return kernel
 
@@ -62,7 +76,7 @@ def bias_gelu_factory(node, opset):
     label = node.label
 
     def kernel(a, b):
-        return (_finish(gelu_erf_values(_plus_bias(label, a, b)), a),)
+        return (_gelu(label, gelu_erf_values, a, b),)
 
     return kernel
 
@@ -72,7 +86,7 @@ def fast_gelu_factory(node, opset):
     label = node.label
 
     def kernel(x, bias=None):
-        return (_finish(gelu_tanh_values(_plus_bias(label, x, bias)), x),)
+        return (_gelu(label, gelu_tanh_values, x, bias),)
 
     return kernel
 

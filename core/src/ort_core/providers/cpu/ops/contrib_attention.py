@@ -41,8 +41,9 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ..blocks import spans
 from ..registry import register
-from .fused_transformer import softmax_last_axis
+from .activation import softmax_last_axis, softmax_rows_inplace
 
 DOMAIN = "com.microsoft"
 _F32 = np.dtype(np.float32)
@@ -126,22 +127,64 @@ def split_heads(x: np.ndarray, heads: int) -> np.ndarray:
     return x.reshape(b, s, heads, d // heads).transpose(0, 2, 1, 3)
 
 
+_ATTEND_BLOCK = 1 << 18  # scores of one (batch, head, query rows) block: stays in cache through its softmax
+_MIN_ROW_SUM = float(np.exp(-60.0))  # a row sum below this after the block's shift: shift by row maxima
+
+
 def attend(q, k, v, scale, bias=None, attention_bias=None, want_qk=False):
     """Scaled dot-product attention of float32 (B, N, S, H) q over (B, N, T, H) k and (B, N, T, H_v) v (views
     are fine): ((B, S, N * H_v) output, the pre-softmax scores if ``want_qk`` else None). The scale goes on q
-    (cheaper than on the scores); BLAS gets the strided head views as they are."""
+    (cheaper than on the scores); BLAS gets the strided head views as they are. Large attention (Whisper's
+    1500 frames) runs by blocks of query rows per head (_attend_blocks)."""
     b, n, s, _ = q.shape
-    hv = v.shape[3]
-    scores = np.matmul(np.multiply(q, scale), k.swapaxes(2, 3))
-    if attention_bias is not None:
-        scores += attention_bias
-    if bias is not None:
-        scores += bias
-    qk = scores.copy() if want_qk else None
-    probs = softmax_last_axis(scores)
+    t, hv = k.shape[2], v.shape[3]
     out = np.empty((b, s, n, hv), _F32)
-    np.matmul(probs, v, out=out.transpose(0, 2, 1, 3))
-    return out.reshape(b, s, n * hv), qk
+    if want_qk or b * n * s * t < 2 * _ATTEND_BLOCK:
+        scores = np.matmul(np.multiply(q, scale), k.swapaxes(2, 3))
+        if attention_bias is not None:
+            scores += attention_bias
+        if bias is not None:
+            scores += bias
+        qk = scores.copy() if want_qk else None
+        np.matmul(softmax_last_axis(scores), v, out=out.transpose(0, 2, 1, 3))
+        return out.reshape(b, s, n * hv), qk
+    _attend_blocks(q, k, v, scale, [e for e in (attention_bias, bias) if e is not None], out.transpose(0, 2, 1, 3))
+    return out.reshape(b, s, n * hv), None
+
+
+def _attend_blocks(q, k, v, scale, extras: list, out) -> None:
+    """Attention into ``out`` (B, N, S, H_v) by blocks of query rows per head: each block's scores (about
+    _ATTEND_BLOCK of them, in scratch made once) go through exp and the product with v while in cache, and
+    are normalized after that product (S x H_v values, not S x T). ``extras``: additive (B|1, N|1, S|1, T)
+    biases. The exps are shifted by the block's maximum, or by row maxima when some row would vanish."""
+    t = k.shape[2]
+    rows = max(1, _ATTEND_BLOCK // t)
+    ones, floor = np.ones(t, _F32), np.float32(_MIN_ROW_SUM)
+    scores_buf, q_buf = np.empty((rows, t), _F32), np.empty((rows, q.shape[3]), _F32)
+
+    def block_scores(i: int, h: int, start: int, stop: int) -> np.ndarray:
+        qs = np.multiply(q[i, h, start:stop], scale, out=q_buf[:stop - start])
+        scores = np.matmul(qs, k[i, h].T, out=scores_buf[:stop - start])
+        for extra in extras:
+            picked = slice(start, stop) if extra.shape[2] > 1 else slice(None)
+            scores += extra[min(i, extra.shape[0] - 1), min(h, extra.shape[1] - 1), picked]
+        return scores
+
+    for i in range(q.shape[0]):
+        for h in range(q.shape[1]):
+            for start, stop in spans(q.shape[2], rows):
+                scores, o = block_scores(i, h, start, stop), out[i, h, start:stop]
+                top = np.max(scores)
+                if np.isfinite(top):
+                    np.subtract(scores, top, out=scores)
+                    np.exp(scores, out=scores)
+                    total = np.matmul(scores, ones)  # row sums as one BLAS call (numpy's are 4x slower)
+                    if np.min(total) >= floor:
+                        np.matmul(scores, v[i, h], out=o)
+                        o /= total[:, None]
+                        continue
+                    scores = block_scores(i, h, start, stop)
+                np.matmul(softmax_rows_inplace(scores), v[i, h], out=o)
 
 
 def concat_past(label: str, past_k, past_v, k, v, names=("past_key", "past_value")) -> tuple:

@@ -16,28 +16,9 @@ import numpy as np
 
 from ....errors import KernelError
 from ..registry import register
+from .activation import softmax_last_axis
 
 DOMAIN = "ort_core"
-
-
-_MIN_ROW_SUM = {np.dtype(np.float32): np.exp(-60.0), np.dtype(np.float64): np.exp(-600.0)}
-
-
-def softmax_last_axis(scores: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis into a new array. Shifts by the global maximum (a row-wise max costs
-    several full passes) and falls back to per-row maxima only if some row's sum got too small."""
-    top = np.max(scores)
-    if np.isfinite(top):
-        e = np.subtract(scores, top)
-        np.exp(e, out=e)
-        total = np.sum(e, axis=-1, keepdims=True)
-        if np.min(total) >= _MIN_ROW_SUM.get(e.dtype, np.inf):
-            e /= total
-            return e
-    e = np.subtract(scores, np.max(scores, axis=-1, keepdims=True))
-    np.exp(e, out=e)
-    e /= np.sum(e, axis=-1, keepdims=True)
-    return e
 
 
 @register("SelfAttention", since=1, domain=DOMAIN)
