@@ -46,6 +46,7 @@ from .limits import RunContext, parse_max_tensor_bytes, run_context, too_large
 from .limits import current as current_limits
 from .lora import active_feeds
 from .memory.device import HOST
+from .memory.host_heap import keep_freed_memory
 from .model_config import options_from_model
 from .optimizer import EXTENDED, optimize
 from .optimizer.cpu_fusion import fuse_nodes
@@ -162,6 +163,8 @@ class InferenceSession:
         self._instances: dict[str, SessionProvider] = {}
         self._finalizer = weakref.finalize(self, _close_instances, self._instances)
         self._use_providers(registry, providers, provider_options)
+        if self._sess_options.enable_cpu_mem_arena and getattr(self._instances[CPU].ep, "uses_arena", False):
+            keep_freed_memory()  # numpy's arrays: freed memory kept for the next run, as in onnxruntime's arena
         # what every build (set_providers too) starts from: optimization and placement rewrite a copy
         self._loaded = self._model
         with run_context(self._limits):  # folding and kernel factories obey the limit

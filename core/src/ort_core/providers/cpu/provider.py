@@ -36,6 +36,7 @@ class CPUProvider(ExecutionProvider):
         if arena not in ("0", "1", "true", "false"):
             raise ValueError(f"use_arena must be '0' or '1', got {self.options['use_arena']!r}")
         self._allocator = host_arena() if arena in ("1", "true") else HostAllocator()
+        self.uses_arena = arena in ("1", "true")
 
     def get_capability(self, graph):
         def reason(node):
