@@ -66,6 +66,8 @@ def test_with_the_arena_a_freed_large_array_is_reused_without_new_pages():
 def test_without_the_arena_or_with_the_users_own_setting_nothing_changes():
     off = _run("0")
     users = _run("1", MALLOC_MMAP_THRESHOLD_="131072")
+    opted_out, zero = _run("1", ORT_CORE_KEEP_MALLOC="1"), _run("1", ORT_CORE_KEEP_MALLOC="0")
     assert off["done"] is False and users["done"] is True and users["applied"] is False
+    assert opted_out["applied"] is False and zero["applied"] is True
     if _small_pages():  # glibc's defaults: the 3 MiB array is a fresh mapping each time
-        assert off["faults"] >= 700 and users["faults"] >= 700
+        assert off["faults"] >= 700 and users["faults"] >= 700 and opted_out["faults"] >= 700

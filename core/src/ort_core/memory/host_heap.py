@@ -27,7 +27,8 @@ import threading
 MMAP_THRESHOLD = 64 << 20
 TRIM_THRESHOLD = 128 << 20
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # glibc's mallopt parameter numbers (malloc.h)
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES", "ORT_CORE_KEEP_MALLOC")
+_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "GLIBC_TUNABLES")
+OPT_OUT = "ORT_CORE_KEEP_MALLOC"
 
 _state = {"done": False, "applied": False}
 _lock = threading.Lock()
@@ -45,6 +46,8 @@ def keep_freed_memory() -> bool:
 
 def _apply() -> bool:
     if not sys.platform.startswith("linux") or any(os.environ.get(name) for name in _USER_SETTINGS):
+        return False
+    if os.environ.get(OPT_OUT, "0").strip() not in ("", "0"):
         return False
     try:
         mallopt = ctypes.CDLL(None).mallopt  # the C library the interpreter runs on
