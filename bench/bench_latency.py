@@ -22,7 +22,6 @@ import ort_core  # before numpy: ort-core picks numpy's BLAS kernels as it would
 import argparse
 import gc
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -213,7 +212,7 @@ def main() -> None:
     skipped = {"openvino": args.no_openvino, "onednn": args.no_onednn}
     extras = [e for e in EXTRA_PROVIDERS if not skipped[e[3]] and e[1] in available]
     meta = {"core": ort_core.__version__, "ort": ort.__version__ if ort else None, "cores": os.cpu_count(),
-            "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"}
+            "machine": measure.machine()}
     print(f"ort-core {meta['core']} vs onnxruntime {meta['ort']}, {meta['machine']}")
     if extras:
         from ort_core.plugins.manager import get_registry

@@ -25,7 +25,6 @@ import ort_core  # before numpy: ort-core picks numpy's BLAS kernels as it would
 # isort: on
 import argparse
 import os
-import platform
 import tempfile
 import time
 import warnings
@@ -239,7 +238,7 @@ def main(argv=None) -> None:
     import onnxruntime as ort
 
     meta = {"core": ort_core.__version__, "ort": ort.__version__,
-            "machine": f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}"}
+            "machine": measure.machine()}
     print(f"ort-core {meta['core']} vs onnxruntime {meta['ort']}, {meta['machine']}", flush=True)
     load0, rows = os.getloadavg()[0], []
     failed = []

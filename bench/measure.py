@@ -31,6 +31,7 @@ import gc
 import json
 import math
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -46,6 +47,16 @@ GEMM_OPS = {"Conv", "FusedConv", "ConvTranspose", "MatMul", "FusedMatMul", "MatM
 
 
 # ------------------------------------------------------------------------------------------- latency
+def machine() -> str:
+    """The machine line of a bench header: architecture, cores, Python, and which kernels numpy's BLAS runs
+    (OpenBLAS picks them at load time; OPENBLAS_CORETYPE set in the environment overrides its choice)."""
+    from ort_core import blas_info
+
+    core = blas_info()["core"]
+    blas = f", numpy's OpenBLAS on its {core} kernels" if core else ""
+    return f"{platform.machine()} {os.cpu_count()} cores, Python {platform.python_version()}{blas}"
+
+
 def timed(fns: list, runs: int, warmup: int = 2, block: int = 10, settle: float = 0.3) -> list[np.ndarray]:
     """Milliseconds per call of each function, measured in rounds: each round gives every
     function, after a pause, one or two untimed calls and then ``block`` timed ones. Rounds spread the

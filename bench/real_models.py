@@ -23,7 +23,6 @@ import ort_core  # before numpy: ort-core picks numpy's BLAS kernels as it would
 import argparse
 import datetime
 import os
-import platform
 import re
 import sys
 import time
@@ -251,8 +250,7 @@ def main() -> int:
     providers = plugin_providers(args)
     meta = {"core": ort_core.__version__, "ort": ort.__version__, "seed": args.seed,
             "date": datetime.date.today().isoformat(),
-            "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-                       f"numpy {np.__version__}"}
+            "machine": f"{measure.machine()}, numpy {np.__version__}"}
     print(f"ort-core {meta['core']} vs onnxruntime {meta['ort']}; {len(entries)} models from {root}; "
           f"ort-core providers: {', '.join([CPU, *providers])}", flush=True)
     t0, rows, done, load_start = time.perf_counter(), [], [], _load()
