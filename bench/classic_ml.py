@@ -54,7 +54,13 @@ def _sk(model, zipmap: bool = False):
 
     x, y = _data("clf" if _is_classifier(model) else "reg")
     model.fit(x, y)
-    options = {id(model): {"zipmap": zipmap}} if hasattr(model, "predict_proba") else None
+    final = model.steps[-1][1] if hasattr(model, "steps") else model
+    if hasattr(model, "predict_proba"):
+        options = {id(model): {"zipmap": zipmap}}
+    elif _is_classifier(final):  # skl2onnx 1.20 asks a pipeline's probability-less classifier for zipmap otherwise
+        options = {id(final): {"raw_scores": False}}
+    else:
+        options = None
     return to_onnx(model, x[:1], options=options, target_opset={"": 17, "ai.onnx.ml": 3})
 
 

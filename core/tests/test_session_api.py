@@ -152,3 +152,17 @@ def test_run_options_terminate(relu_add_model):
         sess.run(None, {"x": np.zeros((1, 4), np.float32)}, ro)
     ro.terminate = False
     assert sess.run(None, {"x": np.zeros((1, 4), np.float32)}, ro)[0].shape == (1, 4)
+
+
+def test_a_run_warns_of_no_ieee_special_value_and_leaves_numpys_error_state_as_it_was():
+    """inf and NaN are results (as in onnxruntime): no RuntimeWarning from a run, even with warnings as errors,
+    and the caller's numpy error settings are back afterwards."""
+    g = helper.make_graph([helper.make_node("Div", ["x", "z"], ["y"]), helper.make_node("Log", ["y"], ["w"])], "g",
+                          [helper.make_tensor_value_info("x", 1, [3]), helper.make_tensor_value_info("z", 1, [3])],
+                          [helper.make_tensor_value_info("w", 1, [3])])
+    sess = ort.InferenceSession(helper.make_model(g).SerializeToString(), providers=["CPUExecutionProvider"])
+    with np.errstate(divide="raise", invalid="raise"), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (w,) = sess.run(None, {"x": np.array([1, 0, -1], np.float32), "z": np.zeros(3, np.float32)})
+        assert np.geterr()["divide"] == "raise" and np.geterr()["invalid"] == "raise"
+    assert w[0] == np.inf and np.isnan(w[1]) and np.isnan(w[2])

@@ -6,6 +6,7 @@ a kernel may read, or raises InvalidArgument naming the input, the expected and 
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -100,9 +101,29 @@ class SubgraphAssignment:
 OrtEpAssignedSubgraph = SubgraphAssignment
 
 
+@functools.lru_cache(maxsize=1024)
+def _expected(t: ValueType) -> tuple | None:
+    """(dtype, rank, fixed dims as (axis, size) pairs) a plain array fed for ``t`` must match; None where the
+    full check is needed anyway (not a numeric tensor, or no rank declared)."""
+    if t.kind != "tensor" or not t.elem_type or t.shape is None:
+        return None
+    try:
+        dtype = np_dtype(t.elem_type)
+    except (KeyError, TypeError, ValueError):
+        return None
+    if dtype.kind == "O":
+        return None
+    return dtype, len(t.shape), tuple((i, d) for i, d in enumerate(t.shape) if isinstance(d, int))
+
+
 def check_feed(arg: NodeArg, value: Any) -> Any:
     """Validate a fed value against its declared type; returns the array to use."""
     t = arg.value_type
+    if type(value) is np.ndarray:  # the common case, checked without building anything
+        expected = _expected(t)
+        if expected is not None and value.dtype == expected[0] and value.ndim == expected[1] and \
+                all(value.shape[i] == d for i, d in expected[2]):
+            return value
     if t.kind != "tensor":
         return value  # sequences/maps/optionals are checked by the kernels consuming them
     expected = None

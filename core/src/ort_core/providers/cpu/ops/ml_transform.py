@@ -144,6 +144,12 @@ def _normalizer(node: Node, opset: int):
 
     def kernel(x):
         rows = _rows(node, x).astype(np.float64)  # a new array: divided in place
+        if norm != "MAX" and rows.shape[0] == 1:  # one row (batch 1): its divisor as a Python float
+            values = rows[0].tolist()
+            div = sum(map(abs, values)) if norm == "L1" else math.sqrt(sum(v * v for v in values))
+            if div:
+                rows /= div
+            return (rows.reshape(x.shape).astype(np.float32),)
         if norm == "MAX":
             div = rows.max(axis=1, keepdims=True) if rows.shape[1] else np.zeros((rows.shape[0], 1))
             rows[(div == 0)[:, 0]] = 0.0  # MAX can be 0 in a row holding negative values: that row is 0
