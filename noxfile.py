@@ -134,6 +134,16 @@ def demo(session: nox.Session) -> None:
     session.run("ort-core", "demo")
 
 
+_BENCH_MODES = {  # flag: (what to install, the script and its fixed arguments)
+    "--gpu": ((f"./{CORE}", f"./{CUDA}", "onnxruntime-gpu"),
+              ("bench/bench_gpu.py", "--markdown", "bench/results_gpu.md")),
+    "--creation-scale": ((f"./{CORE}", "onnxruntime"), ("bench/bench_creation_scale.py",)),
+    "--contention": ((f"./{CORE}", "onnxruntime"), ("bench/bench_contention.py",)),
+    "--hf": ((f"./{CORE}", "onnxruntime"), ("bench/transformer_tools.py",)),
+    "--ray": ((f"./{CORE}[ray]", "onnxruntime"), ("bench/bench_ray.py",)),
+}
+
+
 @nox.session
 def bench(session: nox.Session) -> None:
     """ort-core vs onnxruntime side by side in one process, on the same models and inputs.
@@ -161,31 +171,12 @@ def bench(session: nox.Session) -> None:
     hand-written map_batches loop; written as its own section of bench/results.md.
     """
     args = list(session.posargs)
-    if "--gpu" in args:  # the CUDA provider on a GPU (bench/bench_gpu.py); onnxruntime-gpu as the yardstick
-        args.remove("--gpu")
-        session.install(f"./{CORE}", f"./{CUDA}", "onnxruntime-gpu")
-        session.run("python", "bench/bench_gpu.py", "--markdown", "bench/results_gpu.md", *args)
-        return
-    if "--creation-scale" in args:  # session creation against graph size (bench/bench_creation_scale.py)
-        args.remove("--creation-scale")
-        session.install(f"./{CORE}", "onnxruntime")
-        session.run("python", "bench/bench_creation_scale.py", *args)
-        return
-    if "--contention" in args:  # latency with busy processes beside it (bench/bench_contention.py)
-        args.remove("--contention")
-        session.install(f"./{CORE}", "onnxruntime")
-        session.run("python", "bench/bench_contention.py", *args)
-        return
-    if "--hf" in args:  # Hugging Face exports before and after onnxruntime's tools (bench/transformer_tools.py)
-        args.remove("--hf")
-        session.install(f"./{CORE}", "onnxruntime")
-        session.run("python", "bench/transformer_tools.py", *args)
-        return
-    if "--ray" in args:  # batch inference on a local Ray cluster instead (bench/bench_ray.py)
-        args.remove("--ray")
-        session.install(f"./{CORE}[ray]", "onnxruntime")
-        session.run("python", "bench/bench_ray.py", *args)
-        return
+    for flag, (packages, command) in _BENCH_MODES.items():
+        if flag in args:  # another bench than the latency table: its own script, and the packages it needs
+            args.remove(flag)
+            session.install(*packages)
+            session.run("python", *command, *args)
+            return
     session.install(f"./{CORE}", "onnxruntime", f"./{OPENVINO}", f"./{ONEDNN}")  # "./": folders, not index names
     session.run("python", "bench/bench_latency.py", *args)
 

@@ -15,22 +15,14 @@ import ort_core  # before numpy, as the other benches import it
 # isort: on
 import argparse
 import os
-import statistics
 import sys
 import time
-import warnings
 
 import measure
 import models
 
 SECTION = "creation-scale"
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def created_in(make) -> float:
-    t0 = time.perf_counter()
-    make()
-    return time.perf_counter() - t0
 
 
 def main(argv=None) -> int:
@@ -47,16 +39,9 @@ def main(argv=None) -> int:
     rows = []
     for n in [int(s) for s in args.sizes.split(",")]:
         data = models.add_chain(nodes=n).SerializeToString()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            makers = [lambda d=data: ort_core.InferenceSession(d), lambda d=data: onnxruntime.InferenceSession(d, so)]
-            for make in makers:
-                make()
-            times = [[], []]
-            for _ in range(args.repeats):  # alternating, as the other benches time
-                for k, make in enumerate(makers):
-                    times[k].append(created_in(make))
-        ours, theirs = (statistics.median(t) for t in times)
+        makers = [lambda d=data: ort_core.InferenceSession(d), lambda d=data: onnxruntime.InferenceSession(d, so)]
+        measure.creation_ms(makers, repeats=1)  # untimed: imports and caches
+        ours, theirs = (ms / 1e3 for ms in measure.creation_ms(makers, args.repeats))
         rows.append((n, ours, theirs))
         print(f"{n} nodes: ort-core {ours:.3f} s, onnxruntime {theirs:.3f} s", flush=True)
     base_ours, base_theirs = rows[0][1] / rows[0][0], rows[0][2] / rows[0][0]

@@ -189,6 +189,17 @@ def test_under_load_blas_gets_the_cpus_left_and_its_threads_back_after(monkeypat
     assert blas.limits == [1]
     run()
     assert blas.limits == [1, 2]
+    load["others"] = 1
+    run()
+    another = Owner()
+    pool.register(another, 0)  # a session at the default, made or collected under load, keeps the adjustment
+    del another
+    gc.collect()
+    pool.threads()
+    assert blas.limits == [1, 2, 1] and blas.num_threads == 1
+    load["others"] = 0
+    run()
+    assert blas.limits == [1, 2, 1, 2]
     explicit = Owner()
     pool.register(explicit, 2)
     load["others"] = 1

@@ -65,6 +65,7 @@ class BlasPool:
         self._next = 0
         self._original: int | None = None  # BLAS's own thread count before the first change
         self._applied: int | None = None
+        self._by_load = False  # whether the load check set ``_applied`` (not the sessions' budgets)
         self._next_check = 0.0  # monotonic time of the next look at the machine's load (before_run)
         self._controller: Any = None
 
@@ -124,7 +125,7 @@ class BlasPool:
             target = fair_threads(available_cpus(), others, self._original)
             if target != (self._applied if self._applied is not None else self._original):
                 controller.limit(limits=target, user_api="blas")
-                self._applied = target
+                self._applied, self._by_load = target, True
         finally:
             self._lock.release()
 
@@ -141,8 +142,8 @@ class BlasPool:
 
     def _wanted(self) -> int | None:
         explicit = [n for n in self._live.values() if n > 0]
-        if not explicit and self._applied is None:
-            return None
+        if not explicit and (self._applied is None or self._by_load):
+            return None  # defaults only: BLAS as it is (as the load check left it, which it revisits itself)
         if not explicit:
             return self._original
         if any(n == 0 for n in self._live.values()):
@@ -160,7 +161,7 @@ class BlasPool:
             self._remember_original(controller)
             wanted = self._wanted()
         controller.limit(limits=wanted, user_api="blas")
-        self._applied = wanted
+        self._applied, self._by_load = wanted, False
 
 
 ADAPTIVE_ENV = "ORT_CORE_ADAPTIVE_BLAS"
