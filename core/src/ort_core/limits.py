@@ -164,9 +164,9 @@ def check_broadcast(label: str, *arrays: Any) -> None:
 
 def check_matmul(label: str, a: Any, b: Any) -> None:
     """Refuse a MatMul whose result passes the limit ([M, 1] @ [1, N] is M * N elements)."""
-    dtype = max(a.dtype, b.dtype, key=lambda d: d.itemsize)
-    if a.size and b.size and a.size * b.size * dtype.itemsize <= _CURRENT.get().max_tensor_bytes:
+    if a.size and b.size and a.size * b.size * max(a.itemsize, b.itemsize) <= _CURRENT.get().max_tensor_bytes:
         return  # every output element takes at least one element of each operand
+    dtype = max(a.dtype, b.dtype, key=lambda d: d.itemsize)
     if a.ndim < 1 or b.ndim < 1:
         return
     try:

@@ -5,18 +5,19 @@ Quantized and integer variants (MatMulInteger, QLinearMatMul), Einsum and Det ar
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ....errors import KernelError
 from ....limits import check_matmul
 from ..registry import register
 
-_NARROW_FLOATS = {"float16", "bfloat16"}
+_NARROW_FLOATS = {np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)}
 
 
 def _matmul(a, b):
     """np.matmul; 16-bit floats are multiplied in float32 (no BLAS for them) and cast back."""
-    if a.dtype.name in _NARROW_FLOATS and b.dtype == a.dtype:
+    if a.dtype in _NARROW_FLOATS and b.dtype == a.dtype:
         return np.matmul(a.astype(np.float32), b.astype(np.float32)).astype(a.dtype)
     return np.matmul(a, b)
 
@@ -34,7 +35,7 @@ def matmul_factory(node, opset):
             y = _matmul(a, b)
         except ValueError as e:
             raise KernelError(f"{label}: MatMul shapes {a.shape} and {b.shape} do not match: {e}") from None
-        return (np.asarray(y),)
+        return (y if type(y) is np.ndarray else np.asarray(y),)
 
     return kernel
 
