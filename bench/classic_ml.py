@@ -9,11 +9,11 @@ medians and ratios (ort-core / onnxruntime) is printed and written with ``--mark
 
 ``--strategy NAME`` forces ort-core's tree traversal (``walk``, ``perfect``, ``gemm``, ``allnodes``; see
 ort_core.providers.cpu.ops.ml_tree) for every tree model, to measure which strategy wins where;
-``--ort-threads 1`` runs onnxruntime on one thread. Needs scikit-learn, lightgbm, xgboost, skl2onnx,
-onnxmltools and onnxruntime: install them into a venv of their own, not into the test venv.
+``--ort-threads 1`` runs onnxruntime on one thread, ``--threads 1`` both runtimes. Needs scikit-learn,
+lightgbm, xgboost, skl2onnx, onnxmltools and onnxruntime: install them into a venv of their own, not into the test venv.
 
 Usage: python bench/classic_ml.py [MODEL ...] [--runs N] [--batches 1,1000] [--strategy NAME]
-[--ort-threads N] [--markdown PATH] [--list]
+[--ort-threads N] [--threads N] [--markdown PATH] [--list]
 """
 
 from __future__ import annotations
@@ -179,12 +179,14 @@ def _same(a, b) -> float:
 
 
 def bench_one(name: str, path: str, ort, batches: list[int], args) -> list[dict]:
+    mine = ort_core.SessionOptions()
+    mine.intra_op_num_threads = args.threads
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ours = ort_core.InferenceSession(path)
+        ours = ort_core.InferenceSession(path, mine)
     so = ort.SessionOptions()
-    if args.ort_threads:
-        so.intra_op_num_threads = args.ort_threads
+    if args.ort_threads or args.threads:
+        so.intra_op_num_threads = args.ort_threads or args.threads
     theirs = ort.InferenceSession(path, so, providers=[measure.CPU])
     name_in = theirs.get_inputs()[0].name
     rng = np.random.default_rng(SEED + 1)
@@ -243,6 +245,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--batches", default="1,1000", help="batch sizes, comma separated (default 1,1000)")
     ap.add_argument("--strategy", default=None, help="force ort-core's tree strategy (walk, perfect, gemm, allnodes)")
     ap.add_argument("--ort-threads", type=int, default=0, help="onnxruntime intra-op threads (0: its default)")
+    ap.add_argument("--threads", type=int, default=0, help="both runtimes' intra-op threads (0: their defaults)")
     ap.add_argument("--markdown", default=None, help="write the Markdown table there")
     ap.add_argument("--list", action="store_true", help="list the models and stop")
     return ap.parse_args()
@@ -267,7 +270,8 @@ def main() -> None:
     if unknown:
         sys.exit(f"unknown model(s) {unknown}; see --list")
     meta = (f"ort-core {ort_core.__version__}, onnxruntime {ort.__version__}"
-            f"{' on ' + str(args.ort_threads) + ' thread(s)' if args.ort_threads else ''}, "
+            f"{' on ' + str(args.ort_threads) + ' thread(s)' if args.ort_threads else ''}"
+            f"{', both on ' + str(args.threads) + ' thread(s)' if args.threads else ''}, "
             f"{platform.machine()} {os.cpu_count()} cores, median of up to {args.runs} runs"
             f"{', tree strategy ' + args.strategy if args.strategy else ''}")
     print(meta, flush=True)

@@ -209,7 +209,7 @@ def _tree_regressor(node: Node, opset: int):
     def kernel(x):
         y, has = forest(node, x, how)
         if base.size:  # a target no tree gave a weight to stays 0, as in onnxruntime
-            y = np.where(has, y + base, 0.0)
+            y = y + base if has.all() else np.where(has, y + base, 0.0)
         if n_targets > 1 or name == "PROBIT":
             return (post_transform(y, name),)
         return (y.astype(np.float32),)
@@ -244,7 +244,7 @@ def _tree_classifier(node: Node, opset: int):
             return pick(labels, win.astype(np.int64)), binary_scores(s, name, 0 if all_positive else 2)
         if base.size == k:
             scores += base
-            has[:] = True  # base values count as scores for every class
+            has = np.ones(has.shape, dtype=bool)  # base values count as scores for every class
         best = np.where(has, scores, -np.inf).argmax(axis=1)
         return pick(labels, best), post_transform(scores, name)
     return kernel

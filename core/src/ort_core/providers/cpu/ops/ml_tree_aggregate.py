@@ -53,6 +53,8 @@ class Aggregator:
             self.onehot = np.zeros((self.t, n_targets))
             self.onehot[np.arange(self.t), tree_target] = 1.0
             self.tree_has = self.onehot.any(axis=0)
+            self.has_one_row = self.tree_has[None, :].copy()
+            self.has_one_row.flags.writeable = False  # shared by every batch-1 call: callers copy to change it
         elif nodes.size >= _DENSE_SHARE * max(leaf.size * n_targets, 1):
             self.layout = "dense"
         else:
@@ -84,9 +86,13 @@ class Aggregator:
             return np.zeros((n, k)), np.zeros((n, k), dtype=bool)
         flat = leaves.reshape(-1)
         if how in ("SUM", "AVERAGE") and self.layout == "tree":
-            vals = np.take(self.value, flat).reshape(n, t)
-            out = vals.sum(axis=1, keepdims=True) if k == 1 else vals @ self.onehot
-            has = np.repeat(self.tree_has[None, :], n, axis=0)
+            vals = np.take(self.value, flat)
+            if n == 1 and k == 1:  # batch 1, one target: a sum, and the one-row "has" made once
+                out = np.full((1, 1), vals.sum())
+            else:
+                vals = vals.reshape(n, t)
+                out = vals.sum(axis=1, keepdims=True) if k == 1 else vals @ self.onehot
+            has = self.has_one_row if n == 1 else np.repeat(self.tree_has[None, :], n, axis=0)
         elif how in ("SUM", "AVERAGE") and self.layout == "sparse":
             out, has = self._sparse(flat, n)
         else:
