@@ -157,8 +157,9 @@ def attend(q, k, v, scale, bias=None, attention_bias=None, want_qk=False):
 def _attend_blocks(q, k, v, scale, extras: list, out) -> None:
     """Attention into ``out`` (B, N, S, H_v) by blocks of query rows per head: each block's scores (about
     _ATTEND_BLOCK of them, in scratch made once) go through exp and the product with v, and are normalized
-    after that product (S x H_v values, not S x T; row sums as one BLAS product). ``extras``: additive (B|1, N|1, S|1, T)
-    biases. The exps are shifted by the block's maximum, or by row maxima when some row would vanish."""
+    after that product (S x H_v values, not S x T; row sums as one BLAS product). ``extras``: additive
+    (B|1, N|1, S|1, T) biases. The exps are shifted by the block's maximum, or by row maxima when some row would
+    vanish."""
     t = k.shape[2]
     rows = max(1, _ATTEND_BLOCK // t)
     ones, floor = np.ones(t, _F32), np.float32(_MIN_ROW_SUM)
