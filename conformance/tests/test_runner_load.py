@@ -19,7 +19,7 @@ def _blas_threads() -> list[int]:
 
 @pytest.mark.skipif(max(_blas_threads(), default=1) < 2, reason="BLAS runs on one thread here: no load to adapt to")
 def test_a_busy_machine_does_not_change_a_case_result(monkeypatch):
-    assert os.environ[threads.ADAPTIVE_ENV] == "0"  # set by importing the runner (the user's value would stay)
+    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)
     case = next(c for c in model_cases() if c.name == "test_squeezenet" and c.kind == "light")
     before = max(_blas_threads())
     monkeypatch.setattr(threads, "others_running", lambda: threads.available_cpus())  # every CPU taken
@@ -27,3 +27,11 @@ def test_a_busy_machine_does_not_change_a_case_result(monkeypatch):
     result = runner.run_case(runner.CPU, case)
     assert result.ok, result.message
     assert max(_blas_threads()) == before  # BLAS was not given fewer threads for the load
+    assert threads.ADAPTIVE_ENV not in os.environ  # the process's environment is as it was
+
+
+def test_the_users_own_setting_is_kept(monkeypatch):
+    monkeypatch.setenv(threads.ADAPTIVE_ENV, "1")
+    with runner.steady_blas():
+        assert os.environ[threads.ADAPTIVE_ENV] == "1"
+    assert os.environ[threads.ADAPTIVE_ENV] == "1"

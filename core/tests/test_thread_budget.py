@@ -166,6 +166,7 @@ def test_load_is_read_from_proc_loadavg_without_this_process():
 
 
 def test_under_load_blas_gets_the_cpus_left_and_its_threads_back_after(monkeypatch):
+    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)  # the adaptive default, whatever ran before
     blas = FakeBlas(2)
     pool = BlasPool()
     monkeypatch.setattr(pool, "_blas_controller", lambda: blas)
@@ -210,4 +211,27 @@ def test_under_load_blas_gets_the_cpus_left_and_its_threads_back_after(monkeypat
     gc.collect()
     monkeypatch.setenv(threads.ADAPTIVE_ENV, "0")
     run()
-    assert blas.limits == []
+    assert blas.limits == [2]  # the explicit budget went: BLAS's own count back (the last value set)
+    blas.limits.clear()
+    run()
+    assert blas.limits == []  # turned off: no look at the load
+
+
+def test_turning_the_load_check_off_gives_blas_its_threads_back_at_once(monkeypatch):
+    monkeypatch.delenv(threads.ADAPTIVE_ENV, raising=False)
+    blas = FakeBlas(2)
+    pool = BlasPool()
+    monkeypatch.setattr(pool, "_blas_controller", lambda: blas)
+    monkeypatch.setattr(threads, "available_cpus", lambda: 2)
+    monkeypatch.setattr(threads, "others_running", lambda: 1)
+    default = Owner()
+    pool.register(default, 0)
+    pool._next_check = 0.0
+    pool.before_run()
+    assert blas.num_threads == 1  # the load took a CPU
+    monkeypatch.setenv(threads.ADAPTIVE_ENV, "0")
+    pool.before_run()  # within CHECK_INTERVAL, still: the adjustment goes at once
+    assert blas.num_threads == 2 and blas.limits == [1, 2]
+    pool._next_check = 0.0
+    pool.before_run()
+    assert blas.limits == [1, 2]  # and no new look at the load

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import ort_core as ort
@@ -21,12 +22,22 @@ from .compare import mismatch
 
 CPU = "CPUExecutionProvider"
 
-# A certification must not depend on what else the machine runs. At the default thread budget ort-core gives
-# BLAS fewer threads while other processes are busy (ort_core.threads), which changes the order of the
-# floating-point sums, and an ill-conditioned case flips on that: the light SqueezeNet gives 0.001 everywhere
-# with 2 BLAS threads (the expected output) and 0.25 with one. Cases run with that adjustment off, unless
-# the environment says otherwise.
-os.environ.setdefault(ADAPTIVE_ENV, "0")
+
+@contextmanager
+def steady_blas():
+    """A certification must not depend on what else the machine runs. At the default thread budget ort-core
+    gives BLAS fewer threads while other processes are busy (ort_core.threads), which changes the order of the
+    floating-point sums, and an ill-conditioned case flips on that: the light SqueezeNet gives 0.001
+    everywhere with 2 BLAS threads (the expected output) and 0.25 with one. A case runs with that adjustment
+    off, unless the environment says otherwise; the environment is as it was afterwards."""
+    if ADAPTIVE_ENV in os.environ:
+        yield
+        return
+    os.environ[ADAPTIVE_ENV] = "0"
+    try:
+        yield
+    finally:
+        os.environ.pop(ADAPTIVE_ENV, None)
 
 
 @dataclass
@@ -65,7 +76,8 @@ def run_case(provider: str, case: Case, optimize: bool | None = None) -> CaseRes
     res = CaseResult(case.name, case.kind, case.ops, "error")
     res.nodes = len(case.model.graph.node)
     try:
-        _run(provider, case, res, case.kind != "node" if optimize is None else optimize)
+        with steady_blas():
+            _run(provider, case, res, case.kind != "node" if optimize is None else optimize)
     finally:
         res.seconds = time.perf_counter() - t0
     return res

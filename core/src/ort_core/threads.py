@@ -106,6 +106,9 @@ class BlasPool:
     def before_run(self) -> None:
         """Before a run: at the default budget, fit BLAS's threads to the CPUs other processes leave free
         (see the module docstring). Costs a clock read, and a look at /proc every CHECK_INTERVAL seconds."""
+        if self._by_load and os.environ.get(ADAPTIVE_ENV, "1") == "0":
+            self._undo_load()  # turned off while an adjustment holds: BLAS gets its threads back now
+            return
         now = time.monotonic()
         if now < self._next_check:
             return
@@ -128,6 +131,19 @@ class BlasPool:
                 self._applied, self._by_load = target, True
         finally:
             self._lock.release()
+
+    def _undo_load(self) -> None:
+        """Give BLAS back the thread count the sessions' budgets ask for, taking back the load check's."""
+        with self._lock:
+            if not self._by_load:
+                return
+            self._by_load, self._applied = False, None
+            controller = self._blas_controller()
+            wanted = self._wanted()
+            target = wanted if wanted is not None else self._original
+            if controller is not None and target is not None:
+                controller.limit(limits=target, user_api="blas")
+                self._applied = target if wanted is not None else None
 
     def _remember_original(self, controller: Any) -> None:
         """Before the first change: BLAS's own thread count, to come back to."""
