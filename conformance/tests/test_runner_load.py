@@ -26,7 +26,8 @@ def test_a_busy_machine_does_not_change_a_case_result(monkeypatch):
     monkeypatch.setattr(threads.BLAS, "_next_check", 0.0)
     result = runner.run_case(runner.CPU, case)
     assert result.ok, result.message
-    assert max(_blas_threads()) == before  # BLAS was not given fewer threads for the load
+    assert max(_blas_threads()) >= before  # BLAS was not given fewer threads for the load (an adjustment
+    # left by earlier runs in this process is taken back)
     assert threads.ADAPTIVE_ENV not in os.environ  # the process's environment is as it was
 
 
