@@ -35,7 +35,6 @@ class Step(NamedTuple):
     copy: bool = False  # a device copy (one in, one out): may be skipped when its result is unneeded
 
 
-
 # IEEE special values are results, not errors (as in onnxruntime): numpy warns of none during a run. numpy 2
 # keeps its error state in a context variable that np.errstate sets and resets; setting it directly to the
 # state errstate(all="ignore") makes saves a run 0.7 us of errstate's set-up (a tenth of a small model's run).
@@ -62,6 +61,7 @@ def _loud_numpy(token: Any) -> None:
         _NUMPY_ERRORS.reset(token)
     else:
         token.__exit__(None, None, None)
+
 
 @dataclass(frozen=True)
 class Route:

@@ -138,12 +138,11 @@ class BlasPool:
             if not self._by_load:
                 return
             self._by_load, self._applied = False, None
-            controller = self._blas_controller()
-            wanted = self._wanted()
-            target = wanted if wanted is not None else self._original
+            controller, wanted = self._blas_controller(), self._wanted()
+            target = self._original if wanted is None else wanted
             if controller is not None and target is not None:
                 controller.limit(limits=target, user_api="blas")
-                self._applied = target if wanted is not None else None
+                self._applied = wanted
 
     def _remember_original(self, controller: Any) -> None:
         """Before the first change: BLAS's own thread count, to come back to."""

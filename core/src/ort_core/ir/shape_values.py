@@ -77,17 +77,36 @@ def _value(name: str, data: dict[str, TensorProto], values: dict[str, Value]) ->
     return [int(v) for v in arr.reshape(-1)], arr.ndim == 0
 
 
-def _shape(node, types: dict[str, TypeProto]) -> Value | None:
-    t = types.get(node.input[0])
+def shape_window(rank: int, start: int, end: int | None) -> slice:
+    """The dims ``Shape`` with ``start``/``end`` reads of a rank-``rank`` value (negative and out-of-range
+    values clamped, as the spec says)."""
+    end = rank if end is None else end
+    return slice(*(min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end)))
+
+
+def slice_window(length: int, start: int, end: int, step: int) -> slice:
+    """ONNX Slice's ``start:end:step`` over ``length`` items (huge and negative bounds clamped as the spec
+    says) as a Python slice; ``step`` is not 0."""
+    low, high = (0, length) if step > 0 else (-1, length - 1)
+    start, end = (min(max(v + length if v < 0 else v, low), high) for v in (start, end))
+    return slice(start, None if end < 0 else end, step)
+
+
+def _dims(types: dict[str, TypeProto], name: str) -> list | None:
+    """The dims of value ``name`` (int, symbolic name or None each), None when its rank is unknown."""
+    t = types.get(name)
     if t is None or t.WhichOneof("value") != "tensor_type" or not t.tensor_type.HasField("shape"):
         return None
-    dims = [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None
             for d in t.tensor_type.shape.dim]
-    rank = len(dims)
-    start, end = int(_attr(node, "start", 0)), _attr(node, "end", None)
-    end = rank if end is None else int(end)
-    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-    return dims[start:end], False
+
+
+def _shape(node, types: dict[str, TypeProto]) -> Value | None:
+    dims = _dims(types, node.input[0])
+    if dims is None:
+        return None
+    end = _attr(node, "end", None)
+    return dims[shape_window(len(dims), int(_attr(node, "start", 0)), None if end is None else int(end))], False
 
 
 def _gather(node, data, values) -> Value | None:
@@ -132,10 +151,7 @@ def _sliced(node, data, values) -> Value | None:
     steps = parts[3][0] if len(parts) > 3 and parts[3] is not None else [1]
     if len(starts[0]) != 1 or len(ends[0]) != 1 or axes not in ([0], [-1]) or len(steps) != 1 or steps[0] == 0:
         return None
-    n, step_ = len(v[0]), steps[0]
-    low, high = (0, n) if step_ > 0 else (-1, n - 1)
-    start, end = ((min(max(x + n if x < 0 else x, low), high)) for x in (starts[0][0], ends[0][0]))
-    return v[0][slice(start, None if end < 0 else end, step_)], False
+    return v[0][slice_window(len(v[0]), starts[0][0], ends[0][0], steps[0])], False
 
 
 def _reshaped(node, types, data, values) -> dict[str, TypeProto] | None:
@@ -144,8 +160,7 @@ def _reshaped(node, types, data, values) -> dict[str, TypeProto] | None:
     if target is None or target[1] or node.input[1] in data or t is None or \
             t.WhichOneof("value") != "tensor_type":
         return None  # a constant target is onnx's own case
-    dims_in = _shape(node, types)
-    dims_in = dims_in[0] if dims_in is not None else None
+    dims_in = _dims(types, node.input[0])
     allowzero = int(_attr(node, "allowzero", 0))
     out: list = []
     for k, d in enumerate(target[0]):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.graph import Graph, Node, is_onnx_domain
+from ..ir.shape_values import shape_window, slice_window
 
 
 def fold_static_shapes(graph: Graph) -> int:
@@ -53,11 +54,8 @@ def _dims(graph: Graph, shape: Node) -> list[int | None] | None:
     if t is None or t.kind != "tensor" or t.shape is None:
         return None
     dims = [d if isinstance(d, int) and d >= 0 else None for d in t.shape]
-    rank = len(dims)
-    start, end = int(shape.attr("start", 0)), shape.attr("end")
-    end = rank if end is None else int(end)
-    start, end = (min(max(v + rank if v < 0 else v, 0), rank) for v in (start, end))
-    return dims[start:end]
+    end = shape.attr("end")
+    return dims[shape_window(len(dims), int(shape.attr("start", 0)), None if end is None else int(end))]
 
 
 def _picked(reader: Node, shape_out: str, length: int, constants: dict) -> np.ndarray | None:
@@ -82,18 +80,6 @@ def _picked(reader: Node, shape_out: str, length: int, constants: dict) -> np.nd
             return None
         if int(steps[0]) == 0:
             return None
-        return positions[slice(*_clamped(int(starts[0]), int(ends[0]), int(steps[0]), length), int(steps[0]))]
+        return positions[slice_window(length, int(starts[0]), int(ends[0]), int(steps[0]))]
     return None
 
-
-def _clamped(start: int, end: int, step: int, length: int) -> tuple[int | None, int | None]:
-    """Slice bounds as the ONNX Slice rules clamp them (huge and negative values included), in Python's
-    slice terms for ``positions[start:end:step]``."""
-    def clamp(v: int, low: int, high: int) -> int:
-        v = v + length if v < 0 else v
-        return min(max(v, low), high)
-
-    if step > 0:
-        return clamp(start, 0, length), clamp(end, 0, length)
-    s, e = clamp(start, -1, length - 1), clamp(end, -1, length - 1)
-    return s, (None if e < 0 else e)

@@ -35,8 +35,8 @@ class CPUProvider(ExecutionProvider):
         arena = str(self.options.get("use_arena", OPTIONS["use_arena"])).strip().lower()
         if arena not in ("0", "1", "true", "false"):
             raise ValueError(f"use_arena must be '0' or '1', got {self.options['use_arena']!r}")
-        self._allocator = host_arena() if arena in ("1", "true") else HostAllocator()
         self.uses_arena = arena in ("1", "true")
+        self._allocator = host_arena() if self.uses_arena else HostAllocator()
 
     def get_capability(self, graph):
         def reason(node):

@@ -313,8 +313,7 @@ BY_ROWS_BLOCK = 1 << 17  # elements of one such block (512 KiB of float32)
 
 def by_rows(fn, x: np.ndarray, bias: np.ndarray | None = None) -> np.ndarray:
     """``fn(x + bias)`` (bias over the last axis, or none) into a new array of x's dtype, by row blocks: a
-    chain of a dozen element-wise passes (GELU's erf) then runs in cache rather than over memory, and the
-    blocks split over the session's threads."""
+    chain of a dozen element-wise passes (GELU's erf) then runs in cache rather than over memory (blocks.py)."""
     rows = np.ascontiguousarray(x).reshape(-1, x.shape[-1])
     out = np.empty(x.shape, x.dtype)
     map_rows(fn if bias is None else (lambda block: fn(np.add(block, bias))), rows, out.reshape(rows.shape),
@@ -365,8 +364,8 @@ _SOFTMAX_BLOCK = 1 << 18  # elements of a row block (1 MiB of float32: its exps 
 
 
 def softmax_last_axis(x: np.ndarray) -> np.ndarray:
-    """Softmax over the last axis into a new array, by row blocks that stay in cache, the blocks split
-    over the session's threads when large; each block shifts by its own maximum (see _shifted_exp)."""
+    """Softmax over the last axis into a new array, by row blocks that stay in cache (blocks.py); each block
+    shifts by its own maximum (see _shifted_exp)."""
     out = np.empty(x.shape, x.dtype)
     if x.size == 0:
         return out
