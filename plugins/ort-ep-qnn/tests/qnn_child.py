@@ -276,6 +276,69 @@ def scenario_cnn(args):
             "max_abs": float(np.max(np.abs(want))), "create_s": created, "run_s": min(runs)}
 
 
+def scenario_power(args):
+    """htp_performance_mode: every mode's vote is cast on a power-config id of its own, the backend holds the id
+    while the session lives (a vote set on it again is accepted) and drops it when the session is gone (the same
+    vote is then refused as an unknown id); results equal the CPU provider's; "default" casts no vote; a refused
+    vote is a warning and the session runs without it."""
+    import gc
+    import logging
+
+    from ort_ep_qnn import power
+    from ort_ep_qnn import runtime as rt
+
+    model = small_cnn()
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    want = session(model, [CPU]).run(None, {"x": x})[0]
+
+    def again(backend, config_id, vote):
+        config = rt.ffi.new("QnnHtpPerf_PowerConfig_t*")
+        power.fill(config, config_id, vote)
+        configs = rt.ffi.new("const QnnHtpPerf_PowerConfig_t*[2]", [config, rt.ffi.NULL])
+        saved = os.dup(1)  # the backend prints its refusal of an unknown id to stdout: kept out of the answer
+        with open(os.devnull, "wb") as sink:
+            os.dup2(sink.fileno(), 1)
+            try:
+                return int(backend.perf_infrastructure().setPowerConfig(config_id, configs)) & 0xFFFF
+            finally:
+                rt._libc.fflush(rt.ffi.NULL)
+                os.dup2(saved, 1)
+                os.close(saved)
+
+    out = {}
+    for mode in ["default", *power.MODES]:
+        sess = session(model, [(NAME, {"htp_performance_mode": mode}), CPU])
+        got = sess.run(None, {"x": x})[0]
+        vote = sess._instances[NAME].ep.power_vote
+        entry = {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))),
+                 "vote": None if vote is None else vote.mode}
+        if vote is not None:
+            backend, config_id, cast = vote.backend, vote.config_id, vote.vote
+            entry["while_open"] = again(backend, config_id, cast)
+            del sess, vote
+            gc.collect()
+            entry["after_close"] = again(backend, config_id, cast)
+        out[mode] = entry
+
+    records = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            records.append(record.getMessage())
+
+    logging.getLogger("ort_ep_qnn").addHandler(Keep())
+
+    def refuse(self):
+        raise rt.QnnError("QnnDevice_getInfrastructure failed: refused for the test")
+
+    rt.Backend.perf_infrastructure = refuse
+    sess = session(model, [(NAME, {"htp_performance_mode": "burst"}), CPU])
+    got = sess.run(None, {"x": x})[0]
+    out["refused"] = {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))),
+                      "vote": sess._instances[NAME].ep.power_vote, "warnings": records}
+    return out
+
+
 def scenario_gelu(args):
     """MatMul, bias Add and the erf GELU chain: on an fp16 target the chain is fused into BiasGelu (QNN's Gelu)."""
     w = init("w", (RNG.standard_normal((16, 32)) * 0.3).astype(np.float32))

@@ -88,6 +88,43 @@ def test_small_cnn_in_fp16_on_an_sm8650_target():
     assert 1e-6 * r["max_abs"] < r["max_abs_err"] <= 1e-2 * r["max_abs"], r
 
 
+def test_performance_modes_cast_power_votes_held_while_the_session_lives():
+    got = child("power")
+    from ort_ep_qnn.power import MODES
+
+    assert got["default"]["vote"] is None and "while_open" not in got["default"]
+    for mode in ["default", *MODES]:
+        entry = got[mode]
+        assert all(p == NAME for p, _ in entry["placement"]), (mode, entry["placement"])
+        assert entry["max_abs_err"] < 1e-5, (mode, entry)
+        if mode == "default":
+            continue
+        assert entry["vote"] == mode
+        assert entry["while_open"] == 0, (mode, entry)  # the id is live: the backend accepts the vote again
+        assert entry["after_close"] == 13001, (mode, entry)  # destroyed with the session: an unknown id
+    refused = got["refused"]
+    assert refused["vote"] is None and refused["max_abs_err"] < 1e-5
+    assert any("htp_performance_mode=burst" in w and "refused for the test" in w for w in refused["warnings"])
+
+
+def test_each_performance_mode_votes_onnxruntimes_clocks():
+    from ort_ep_qnn import qnn_api as q
+    from ort_ep_qnn.options import PERFORMANCE_MODES
+    from ort_ep_qnn.power import MODES
+
+    assert set(MODES) == set(PERFORMANCE_MODES) - {"default"}
+    corners = {m: v.corner for m, v in MODES.items()}
+    assert corners["burst"] == corners["sustained_high_performance"] == q.VCORNER_MAX
+    assert corners["high_performance"] == q.VCORNER_TURBO
+    order = ["high_performance", "balanced", "low_balanced", "high_power_saver", "power_saver", "low_power_saver",
+             "extreme_power_saver"]
+    assert [corners[m] for m in order] == sorted((corners[m] for m in order), reverse=True)  # clocks fall
+    assert [MODES[m].dcvs_enable for m in ("burst", "high_performance", "balanced")] == [0, 0, 1]
+    assert MODES["extreme_power_saver"].power_mode == q.POWER_MODE_POWER_SAVER
+    assert MODES["burst"].sleep_latency_us < MODES["high_performance"].sleep_latency_us < \
+        MODES["balanced"].sleep_latency_us
+
+
 def test_erf_gelu_chain_runs_as_qnn_gelu_on_an_fp16_target():
     r = child("gelu", {"options": {"soc_model": "57", "enable_htp_fp16_precision": "1"}})
     assert r["placement"] == [[NAME, ["MatMul", "BiasGelu"]]], r["placement"]  # fused by the core, for QNN

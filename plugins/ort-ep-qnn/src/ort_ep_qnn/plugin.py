@@ -25,7 +25,7 @@ from ort_core.plugins import (
 from ort_core.plugins.context import ENABLE_KEY
 from ort_core.plugins.provider import SharedContext
 
-from . import __version__
+from . import __version__, power
 from . import qnn_api as q
 from . import runtime as rt
 from .capability import PROBES, probe_tag, quantized_reason, unsupported_reason, values_of_subgraph, values_of_view
@@ -95,8 +95,10 @@ class QNNProvider(ExecutionProvider):
             text = str(e)
             path = self.opts.backend_path
             self.problem = text if not path or text.startswith("backend_path") else f"backend_path={path!r}: {text}"
+        self.power_vote: power.PowerVote | None = None  # htp_performance_mode's vote, withdrawn by close
         if self.backend is not None:
             self._check_precision(self.backend)
+            self.power_vote = power.cast(self.backend, self.opts.htp_performance_mode)
         self._context: rt.Context | None = None
         self._lock = threading.Lock()
         self._exports: dict[str, rt.Context] = {}  # subgraph name -> its own context (ep.context_enable=1)
@@ -322,7 +324,10 @@ class QNNProvider(ExecutionProvider):
                 exports.append(self._shared)
             self._shared = None
             loaded, self._loaded = self._loaded, []
+            vote, self.power_vote = self.power_vote, None
             super().close()
+        if vote is not None:
+            vote.close()
         for ctx in ([context] if context is not None else []) + exports:
             ctx.close()
         for contexts in loaded:

@@ -173,7 +173,7 @@ typedef struct {
   void* memDeRegister;
   void* deviceGetPlatformInfo;
   void* deviceFreePlatformInfo;
-  void* deviceGetInfrastructure;
+  Qnn_ErrorHandle_t (*deviceGetInfrastructure)(void** infrastructure);
   Qnn_ErrorHandle_t (*deviceCreate)(Qnn_LogHandle_t logger, const QnnDevice_Config_t** config,
                                     Qnn_DeviceHandle_t* device);
   void* deviceSetConfig;
@@ -185,6 +185,32 @@ typedef struct {
   void* signalFree;
   Qnn_ErrorHandle_t (*errorGetMessage)(Qnn_ErrorHandle_t error, const char** message);
 } QnnInterfaceTable;
+
+/* the HTP backend's performance infrastructure (QnnHtpPerfInfrastructure / QnnHtpDevice): power votes. A DCVS v3
+   vote is sixteen 32-bit fields; the other members of the config union are single 32-bit values */
+typedef struct {
+  uint32_t contextId;
+  uint32_t setDcvsEnable; uint32_t dcvsEnable;
+  uint32_t powerMode;
+  uint32_t setSleepLatency; uint32_t sleepLatency;
+  uint32_t setSleepDisable; uint32_t sleepDisable;
+  uint32_t setBusParams; uint32_t busVoltageCornerMin; uint32_t busVoltageCornerTarget; uint32_t busVoltageCornerMax;
+  uint32_t setCoreParams; uint32_t coreVoltageCornerMin; uint32_t coreVoltageCornerTarget;
+  uint32_t coreVoltageCornerMax;
+} QnnHtpPerf_DcvsV3_t;
+typedef struct {
+  uint32_t option;
+  union { QnnHtpPerf_DcvsV3_t dcvsV3Config; uint32_t rpcControlLatencyConfig; uint32_t rpcPollingTimeConfig;
+          uint32_t hmxTimeoutIntervalUsConfig; };
+} QnnHtpPerf_PowerConfig_t;
+typedef struct {
+  Qnn_ErrorHandle_t (*createPowerConfigId)(uint32_t deviceId, uint32_t coreId, uint32_t* powerConfigId);
+  Qnn_ErrorHandle_t (*destroyPowerConfigId)(uint32_t powerConfigId);
+  Qnn_ErrorHandle_t (*setPowerConfig)(uint32_t powerConfigId, const QnnHtpPerf_PowerConfig_t** config);
+  void* setMemoryConfig;
+} QnnHtpDevice_PerfInfrastructure_t;
+/* what deviceGetInfrastructure points to on the HTP backend: its type, then (pointer-aligned) the table */
+typedef struct { uint32_t infraType; QnnHtpDevice_PerfInfrastructure_t perfInfra; } QnnHtpDevice_Infrastructure_t;
 
 /* QnnInterface_t: which backend, its name and API versions, then the table */
 typedef struct {
@@ -313,6 +339,22 @@ PARAM_TENSOR = 1
 # QnnDevice_ConfigOption_t / QnnHtpDevice_ConfigOption_t
 DEVICE_CONFIG_CUSTOM = 0
 HTP_DEVICE_CONFIG_SOC = 0
+
+# QnnHtpDevice_InfrastructureType_t, QnnHtpPerfInfrastructure_PowerConfigOption_t and PowerMode_t
+HTP_INFRASTRUCTURE_PERF = 0
+POWER_CONFIG_DCVS_V3 = 1
+POWER_MODE_POWER_SAVER = 0x4
+POWER_MODE_PERFORMANCE = 0x10
+
+# QnnHtpPerfInfrastructure_VoltageCorner_t
+VCORNER_DISABLE = 0x10
+VCORNER_SVS2 = 0x30
+VCORNER_SVS = 0x40
+VCORNER_SVS_PLUS = 0x50
+VCORNER_NOM = 0x60
+VCORNER_NOM_PLUS = 0x70
+VCORNER_TURBO = 0x80
+VCORNER_MAX = 0xA0
 
 # QnnGraph_ConfigOption_t / QnnHtpGraph_ConfigOption_t / Qnn_Precision_t
 GRAPH_CONFIG_CUSTOM = 0

@@ -166,6 +166,7 @@ class Backend:
         self.handle = handle[0]
         self._closed = False
         self._system: System | None = None
+        self._perf: Any = None
 
     def _check_versions(self) -> None:
         core = self.core_api[:2]
@@ -247,6 +248,21 @@ class Backend:
             self.check(status, f"QnnDevice_create(soc_model={soc_model})", mark)
             self._devices[soc_model] = handle[0]
             return handle[0]
+
+    def perf_infrastructure(self) -> Any:
+        """The HTP backend's performance infrastructure (``QnnHtpDevice_PerfInfrastructure_t``: power-config ids and
+        power votes), fetched once; raises QnnError when the backend has none."""
+        with self.lock:
+            if self._perf is None:
+                found = ffi.new("void**")
+                mark = LOG.mark()
+                self.check(self.api.deviceGetInfrastructure(found), "QnnDevice_getInfrastructure", mark)
+                infra = ffi.cast("QnnHtpDevice_Infrastructure_t*", found[0])
+                if infra == ffi.NULL or infra.infraType != q.HTP_INFRASTRUCTURE_PERF:
+                    kind = "none" if infra == ffi.NULL else f"type {infra.infraType}"
+                    raise QnnError(f"QnnDevice_getInfrastructure gave {kind}, not the HTP performance infrastructure")
+                self._perf = infra.perfInfra
+            return self._perf
 
     def create_context(self, soc_model: int) -> Context:
         return Context(self, soc_model)
