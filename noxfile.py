@@ -51,7 +51,8 @@ def _take(args: list[str], flag: str, default: str | None = None) -> str | None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Unit, kernel, plugin and suite tests, then the CPU provider's conformance run.
+    """Unit, kernel, plugin and suite tests, then the conformance runs of the CPU provider and of the QNN provider
+    (on the HTP simulator).
 
     onnxruntime is installed here as the yardstick some tests compare with; never a runtime dependency
     (sympy and onnx-ir: what its transformer optimizer and 4-bit quantizer need, to make test models).
@@ -66,6 +67,8 @@ def tests(session: nox.Session) -> None:
     test_dirs = ["core/tests", "conformance/tests", *[f"{p}/tests" for p in PLUGINS if os.path.isdir(f"{p}/tests")]]
     session.run("pytest", *test_dirs, "-q", "-p", "no:cacheprovider", *session.posargs)
     session.run("ort-conformance", "--provider", "CPUExecutionProvider", "--report", REPORTS)
+    # the QNN provider on Qualcomm's HTP simulator (from onnxruntime-qnn, installed above): about 2 minutes
+    session.run("ort-conformance", "--provider", "QNNExecutionProvider", "--report", REPORTS)
 
 
 @nox.session

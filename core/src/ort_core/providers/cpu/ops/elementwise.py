@@ -280,11 +280,18 @@ def _bitshift_factory(node: Node, opset: int):
 # Variadic ops
 # --------------------------------------------------------------------------------------------
 
+_IN_PLACE_MIN = 1 << 12  # result elements from which later inputs accumulate in place rather than in new arrays
+
+
 def _variadic(fn):
     def run(inputs):
         if len(inputs) == 1:
             return inputs[0]
         out = _nd(fn(inputs[0], inputs[1]))  # a fresh array: later inputs accumulate in place
+        if out.size < _IN_PLACE_MIN:  # tiny: a new array per input costs a third of the call with out=
+            for x in inputs[2:]:
+                out = fn(out, x)
+            return _nd(out)
         for x in inputs[2:]:
             try:
                 fn(out, x, out=out)
@@ -301,9 +308,15 @@ def _variadic_factory(fn):
     run = _variadic(fn)
 
     def factory(node: Node, opset: int):
+        label = node.label
+
         def kernel(*inputs):
             if len(inputs) > 1:
-                check_broadcast(node.label, *inputs)
+                shape = getattr(inputs[0], "shape", None)
+                for x in inputs:  # inputs of one shape (the usual case) make a result no larger than one of them
+                    if getattr(x, "shape", None) != shape or shape is None:
+                        check_broadcast(label, *inputs)
+                        break
             return (run(inputs),)
         return kernel
     return factory

@@ -221,8 +221,12 @@ class _SVMKernel:
         self.gamma = float(params[0]) if len(params) > 0 else 0.0
         self.coef0 = float(params[1]) if len(params) > 1 else 0.0
         self.degree = float(int(params[2])) if len(params) > 2 else 0.0
-        self.vectors_t = np.ascontiguousarray(vectors.T)
-        self.norms = (vectors * vectors).sum(axis=1)[None, :] if kind == "RBF" else None  # |v|^2
+        if kind == "RBF":
+            # exp(-g |x - v|^2) = exp(2g x.v - g |v|^2 - g |x|^2): the product with 2g v, then in-place passes
+            self.vectors_t = np.ascontiguousarray(vectors.T) * (2.0 * self.gamma)
+            self.neg_norms = -self.gamma * (vectors * vectors).sum(axis=1)[None, :]  # -g |v|^2
+        else:
+            self.vectors_t = np.ascontiguousarray(vectors.T)
 
     def __call__(self, x: np.ndarray) -> np.ndarray:
         dot = x @ self.vectors_t
@@ -232,9 +236,10 @@ class _SVMKernel:
             return (self.gamma * dot + self.coef0) ** self.degree
         if self.kind == "SIGMOID":
             return np.tanh(self.gamma * dot + self.coef0)
-        # ||x - v||^2 = |x|^2 - 2 x.v + |v|^2; clipped since rounding can make it slightly negative
-        sq = (x * x).sum(axis=1)[:, None] - 2.0 * dot + self.norms
-        return np.exp(-self.gamma * np.maximum(sq, 0.0))
+        dot += self.neg_norms
+        dot -= self.gamma * (x * x).sum(axis=1)[:, None]
+        np.minimum(dot, 0.0, out=dot)  # -g |x - v|^2 <= 0: rounding can make it slightly positive
+        return np.exp(dot, out=dot)
 
 
 @register("SVMRegressor", since=1, domain=ML)
@@ -346,8 +351,9 @@ def _svm_classifier(node: Node, opset: int):
             pair_scores = kern(rows) @ pair_w + rho[:n_pairs]
             n = rows.shape[0]
             winners = np.where(pair_scores > 0, pi, pj)
-            votes = np.zeros((n, k), dtype=np.int64)
-            np.add.at(votes, (np.repeat(np.arange(n), n_pairs), winners.reshape(-1)), 1)
+            if n > 1:
+                winners += np.arange(0, n * k, k)[:, None]  # row r's classes counted at r * k + class
+            votes = np.bincount(winners.reshape(-1), minlength=n * k).reshape(n, k)
             y = pick(labels, votes.argmax(axis=1))
             if has_proba:
                 val = pair_scores.astype(np.float32) * prob_a[:n_pairs] + prob_b[:n_pairs]
