@@ -1,5 +1,6 @@
 """Provider fusions (level extended): Conv / Gemm + activation, MatMul + bias Add, and first the
-transformer fusions (LayerNorm, GELU, attention, SkipLayerNorm: one module each, beside this one).
+transformer fusions (LayerNorm, GELU, attention, SkipLayerNorm: one module each, beside this one), last the
+classic-ML pipeline fusions (ml_fusion).
 
 Run after partitioning, as a provider's transform (``TransformView.fuse``), only on the nodes that
 provider took, so other providers still see the standard ops; the CPU provider uses them. The fused
@@ -16,6 +17,7 @@ from ..ir.graph import Model, Node
 from .attention_fusion import fuse_attention
 from .gelu_fusion import fuse_gelus
 from .layernorm_fusion import fuse_layer_norms
+from .ml_fusion import fuse_ml
 from .qdq_fusion import fuse_qdq
 from .rewrite import CONTRIB, DOMAIN, Matcher
 from .skip_layernorm_fusion import fuse_skip_layer_norms
@@ -33,6 +35,7 @@ def fuse_nodes(model: Model, node_ids: set[int], allowed: frozenset[str] | None 
     fused = fuse_qdq(m)  # first: the integer groups hold the Conv/MatMul the float fusions would take
     fused += _fuse_transformers(m)
     fused += _Chains(m).fuse()  # the indexes the transformer fusions left up to date
+    fused += fuse_ml(m)  # classic-ML pipelines: affine steps into the linear model, L1 after softmax
     if fused:
         domains = {n.domain for n in model.graph.nodes}
         for domain in (CONTRIB, DOMAIN):

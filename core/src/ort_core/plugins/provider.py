@@ -75,6 +75,9 @@ class Preferences:
     - ``ort_core::FusedBatchNormalization``: BatchNormalization + activation
     - ``ort_core::MatMulBias``: MatMul + bias Add
     - ``ort_core::SelfAttention``: the same block with a mask onnxruntime's Attention does not take
+    - ``ort_core::AffineLinearClassifier`` / ``AffineLinearRegressor``: ai.onnx.ml's linear model with the affine
+      steps before it (Scaler, Add/Sub/Mul/Div by a constant, MatMul by a constant) composed in float64 into its
+      inputs ``M`` and ``d``: scores ``x M + d`` (``optimizer/ml_fusion.py``)
     """
 
     keep_qdq: bool = False

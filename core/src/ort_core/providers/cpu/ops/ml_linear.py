@@ -1,5 +1,6 @@
 """CPU kernels for ai.onnx.ml linear models: LinearClassifier, LinearRegressor, SVMClassifier and
-SVMRegressor, plus the score post-transforms (LOGISTIC, SOFTMAX, ...) the tree ensembles share.
+SVMRegressor, plus the score post-transforms (LOGISTIC, SOFTMAX, ...) the tree ensembles share, and the fused
+ort_core::AffineLinearClassifier / AffineLinearRegressor (a linear model with the affine steps before it folded in).
 
 Where onnx's reference evaluator and onnxruntime disagree on these ML ops (binary-class labels and
 scores), onnxruntime is followed: it is what model converters target. Trees live in ml_tree.
@@ -14,6 +15,7 @@ from ....ir.graph import Node
 from ..registry import register
 
 ML = "ai.onnx.ml"
+FUSED_DOMAIN = "ort_core"  # ort-core's own fused ops (optimizer/ml_fusion.py makes the two here)
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 
@@ -146,17 +148,26 @@ def _linear_regressor(node: Node, opset: int):
     intercepts = _floats(node, "intercepts", required=False)
     if intercepts.size not in (0, targets):
         raise KernelError(f"{node.label}: {intercepts.size} intercepts for {targets} targets")
-    name = transform_name(node, node.attr("post_transform"))
+    finish = _regressor_outputs(node, targets)
 
     def kernel(x):
         y = as_rows(node, x, coef.shape[1]) @ coef.T
         if intercepts.size:
             y += intercepts
+        return finish(y)
+    return kernel
+
+
+def _regressor_outputs(node: Node, targets: int):
+    """The regressor's output from its [N, targets] scores."""
+    name = transform_name(node, node.attr("post_transform"))
+
+    def finish(y: np.ndarray) -> tuple:
         # a single target only knows PROBIT (onnxruntime leaves it untouched otherwise)
         if targets > 1 or name == "PROBIT":
             y = post_transform(y, name)
         return (y.astype(np.float32, copy=False),)
-    return kernel
+    return finish
 
 
 @register("LinearClassifier", since=1, domain=ML)
@@ -166,18 +177,13 @@ def _linear_classifier(node: Node, opset: int):
     score column is binary: the label is labels[1] (or 1/"1") where the raw score s is > 0, and
     with two labels Z gets [1 - s, s], or [logistic(-s), logistic(s)] under LOGISTIC (as
     onnxruntime)."""
-    labels, _ = class_labels(node)
-    if labels is None:
-        raise KernelError(f"{node.label}: classlabels_ints or classlabels_strings is required")
     coef = _floats(node, "coefficients")
     intercepts = _floats(node, "intercepts", required=False)
     if intercepts.size and coef.size % intercepts.size:
         raise KernelError(f"{node.label}: {coef.size} coefficients do not split into {intercepts.size} classes")
     # [features, classes], made once (without intercepts the feature count is known at run time only)
     weights_t = np.ascontiguousarray(coef.reshape(intercepts.size, -1).T) if intercepts.size else None
-    name = transform_name(node, node.attr("post_transform"))
-    pos, neg = (labels[1], labels[0]) if labels.size == 2 else (("1", "0") if labels.dtype == object else (1, 0))
-    pair = np.array([neg, pos], dtype=labels.dtype)
+    finish = _classifier_outputs(node)
 
     def kernel(x):
         w_t = weights_t
@@ -189,6 +195,20 @@ def _linear_classifier(node: Node, opset: int):
         scores = np.dot(as_rows(node, x, w_t.shape[0]), w_t)
         if intercepts.size:
             scores += intercepts
+        return finish(scores)
+    return kernel
+
+
+def _classifier_outputs(node: Node):
+    """The classifier's (labels, Z) from its [N, columns] float32 scores (see LinearClassifier)."""
+    labels, _ = class_labels(node)
+    if labels is None:
+        raise KernelError(f"{node.label}: classlabels_ints or classlabels_strings is required")
+    name = transform_name(node, node.attr("post_transform"))
+    pos, neg = (labels[1], labels[0]) if labels.size == 2 else (("1", "0") if labels.dtype == object else (1, 0))
+    pair = np.array([neg, pos], dtype=labels.dtype)
+
+    def finish(scores: np.ndarray) -> tuple:
         if scores.shape[1] == 1:
             y = pick(pair, (scores[:, 0] > 0).astype(np.int64))
             if labels.size == 2:
@@ -201,6 +221,45 @@ def _linear_classifier(node: Node, opset: int):
             y = pick(labels, scores.argmax(axis=1))
             z = post_transform(scores, name)
         return y, z.astype(np.float32, copy=False)
+    return finish
+
+
+# Affine prefixes folded into a linear model (optimizer/ml_fusion.py): inputs X, M [F, K] and b [K] (float64
+# constants, the prefix and the model's coefficients and intercepts composed), the linear model's other attributes
+
+def _affine_scores(node: Node, x, m, b) -> np.ndarray:
+    """[N, K] float32 scores x @ M + b, computed in float64 (the composed steps may cancel: a mean subtracted
+    before a dot product)."""
+    if not isinstance(m, np.ndarray) or m.ndim != 2 or not isinstance(b, np.ndarray) or b.shape != (m.shape[1],):
+        raise KernelError(f"{node.label}: inputs 1 and 2 must be a [features, columns] matrix and its [columns] "
+                          "offsets")
+    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub":
+        raise KernelError(f"{node.label}: input must be a numeric tensor, got {getattr(x, 'dtype', type(x).__name__)}")
+    if x.ndim not in (1, 2):
+        raise KernelError(f"{node.label}: input must be 1-D or 2-D, got shape {list(x.shape)}")
+    rows = x.reshape(1, -1) if x.ndim == 1 else x
+    if rows.shape[1] != m.shape[0]:
+        raise KernelError(f"{node.label}: input has {rows.shape[1]} features, the model expects {m.shape[0]}")
+    scores = np.dot(rows.astype(np.float64, copy=False), m)
+    scores += b
+    return scores.astype(np.float32)
+
+
+@register("AffineLinearClassifier", since=1, domain=FUSED_DOMAIN)
+def _affine_linear_classifier(node: Node, opset: int):
+    finish = _classifier_outputs(node)
+
+    def kernel(x, m, b):
+        return finish(_affine_scores(node, x, m, b))
+    return kernel
+
+
+@register("AffineLinearRegressor", since=1, domain=FUSED_DOMAIN)
+def _affine_linear_regressor(node: Node, opset: int):
+    finish = _regressor_outputs(node, int(node.attr("targets", 1)))
+
+    def kernel(x, m, b):
+        return finish(_affine_scores(node, x, m, b))
     return kernel
 
 
