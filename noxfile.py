@@ -137,6 +137,7 @@ def demo(session: nox.Session) -> None:
     session.run("ort-core", "demo")
 
 
+_ML_BENCH = ("onnxruntime", "scikit-learn", "lightgbm", "xgboost", "skl2onnx", "onnxmltools")  # the classic-ML set
 _BENCH_MODES = {  # flag: (what to install, the script and its fixed arguments)
     "--gpu": ((f"./{CORE}", f"./{CUDA}", "onnxruntime-gpu"),
               ("bench/bench_gpu.py", "--markdown", "bench/results_gpu.md")),
@@ -144,6 +145,7 @@ _BENCH_MODES = {  # flag: (what to install, the script and its fixed arguments)
     "--contention": ((f"./{CORE}", "onnxruntime"), ("bench/bench_contention.py",)),
     "--hf": ((f"./{CORE}", "onnxruntime"), ("bench/transformer_tools.py",)),
     "--ray": ((f"./{CORE}[ray]", "onnxruntime"), ("bench/bench_ray.py",)),
+    "--ml": ((f"./{CORE}", *_ML_BENCH), ("bench/classic_ml.py", "--markdown", "bench/results.md")),
 }
 
 
@@ -169,6 +171,8 @@ def bench(session: nox.Session) -> None:
     `-- --hf [MODEL ...]`: Hugging Face transformer exports as they are and after onnxruntime's transformer
     optimizer and quantizers (after `nox -s hf_models`; bench/transformer_tools.py; its own section of
     bench/results.md).
+    `-- --ml [MODEL ...] [--batches 1,1000] [--threads 1]`: the classic-ML set (what `nox -s bench_ml` runs), written
+    as its own section of bench/results.md.
     `-- --ray [--rows N --cpus N ...]`: batch inference on a local Ray cluster instead (bench/bench_ray.py):
     rows/s against one process, for ort-core and onnxruntime in the same adapter, and the adapter against a
     hand-written map_batches loop; written as its own section of bench/results.md.
@@ -190,9 +194,9 @@ def bench_ml(session: nox.Session) -> None:
     RandomForest, GradientBoosting, LightGBM and XGBoost classifiers and regressors, a ZipMap output and
     linear / SVM / scaler pipelines, built here on seeded synthetic data, converted with skl2onnx and
     onnxmltools, at batch 1 and 1000. After `--`: model names, `--runs N`, `--ort-threads 1`,
-    `--strategy NAME`, `--markdown PATH`.
+    `--strategy NAME`, `--markdown PATH` (`nox -s bench -- --ml` runs the same and writes its bench/results.md section).
     """
-    session.install(f"./{CORE}", "onnxruntime", "scikit-learn", "lightgbm", "xgboost", "skl2onnx", "onnxmltools")
+    session.install(f"./{CORE}", *_ML_BENCH)
     session.run("python", "bench/classic_ml.py", *session.posargs)
 
 

@@ -5,7 +5,8 @@ RandomForest and GradientBoosting, LightGBM and XGBoost classifiers and regresso
 with its ZipMap output, and linear / SVM / scaler pipelines, converted with skl2onnx and onnxmltools.
 Each model runs in both runtimes in one process at batch 1 and batch 1000 (``measure.timed``: rounds
 alternate the runtimes, median over the runs), outputs are compared, and a Markdown table of the
-medians and ratios (ort-core / onnxruntime) is printed and written with ``--markdown PATH``.
+medians and ratios (ort-core / onnxruntime) is printed and written with ``--markdown PATH`` (as its own
+section of that file: ``nox -s bench -- --ml`` writes it into bench/results.md).
 
 ``--strategy NAME`` forces ort-core's tree traversal (``walk``, ``perfect``, ``gemm``, ``allnodes``; see
 ort_core.providers.cpu.ops.ml_tree) for every tree model, to measure which strategy wins where;
@@ -34,6 +35,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 N_FEATURES, N_CLASSES, N_TRAIN, SEED = 20, 6, 4000, 0
+SECTION = "classic-ml"  # its section of bench/results.md (--markdown)
 
 
 # ----------------------------------------------------------------------------------------- the models
@@ -214,7 +216,7 @@ def markdown(rows: list[dict], info: dict, batches: list[int], meta: str) -> str
     names = list(dict.fromkeys(r["model"] for r in rows))
     head = "| model | trees |" + "".join(f" ort-core ms (b{b}) | onnxruntime ms (b{b}) | ratio b{b} |"
                                         for b in batches) + " max abs diff |"
-    lines = [f"Classic ML, ort-core / onnxruntime ({meta})", "", head,
+    lines = ["## Classic ML (scikit-learn, LightGBM, XGBoost)", "", f"ort-core / onnxruntime ({meta})", "", head,
              "|" + " --- |" * (2 + 3 * len(batches) + 1)]
     for n in names:
         cells = [n, info.get(n, "")]
@@ -294,7 +296,7 @@ def main() -> None:
             except Exception as e:  # noqa: BLE001 - one broken model must not cost the whole run
                 print(f"{n}: failed: {type(e).__name__}: {e}", flush=True)
     text = markdown(rows, info, batches, meta)
-    measure.publish(text, args.markdown, time.perf_counter() - t0)
+    measure.publish_section(text, args.markdown, SECTION, time.perf_counter() - t0)
 
 
 if __name__ == "__main__":

@@ -339,6 +339,28 @@ def scenario_power(args):
     return out
 
 
+def scenario_context_cache(args):
+    """context_cache=1: the first session builds its QNN graphs and keeps the contexts in cache_dir; a session in a
+    fresh process (``args["again"]``) builds nothing and gives the same results; other options miss the cache."""
+    from ort_ep_qnn import kernel
+
+    folder, opts = args["folder"], {"cache_dir": args["folder"], "context_cache": "1", **args.get("options", {})}
+    model = small_cnn()
+    x = np.random.default_rng(3).standard_normal((2, 3, 16, 16)).astype(np.float32)
+    t0 = time.perf_counter()
+    with Counting(kernel, "_build") as builds, warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sess = session(model, [(NAME, opts), CPU], optimize=True)
+    created = time.perf_counter() - t0
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
+    saved = sorted(os.listdir(os.path.join(folder, "contexts"))) if os.path.isdir(os.path.join(folder, "contexts")) \
+        else []
+    return {"placement": placement(sess), "builds": builds.calls, "create_s": created, "files": saved,
+            "y": got.tolist(), "max_abs_err": float(np.max(np.abs(got - want))),
+            "warnings": [str(w.message) for w in caught]}
+
+
 def scenario_gelu(args):
     """MatMul, bias Add and the erf GELU chain: on an fp16 target the chain is fused into BiasGelu (QNN's Gelu)."""
     w = init("w", (RNG.standard_normal((16, 32)) * 0.3).astype(np.float32))
@@ -391,7 +413,8 @@ def scenario_options(args):
     cases = {"unknown": {"bogus": "1"}, "soc_text": {"soc_model": "eight"}, "mode": {"htp_performance_mode": "warp"},
              "fp16_flag": {"enable_htp_fp16_precision": "yes"}, "profiling": {"profiling_level": "optrace"},
              "fp16_without_soc": {"enable_htp_fp16_precision": "1"}, "soc_without_fp16": {"soc_model": "57"},
-             "bad_soc": {"soc_model": "99999"}}
+             "bad_soc": {"soc_model": "99999"}, "cache_flag": {"context_cache": "on"},
+             "cache_without_dir": {"context_cache": "1", "cache_dir": ""}}
     for key, opts in cases.items():
         try:
             ort.InferenceSession(model, providers=[(NAME, opts)])

@@ -125,6 +125,24 @@ def test_each_performance_mode_votes_onnxruntimes_clocks():
         MODES["balanced"].sleep_latency_us
 
 
+def test_context_cache_keeps_compiled_contexts_for_later_sessions(tmp_path, caplog):
+    first = child("context_cache", {"folder": str(tmp_path)})
+    assert [p for p, _ in first["placement"]] == [NAME] and first["builds"] >= 1
+    assert len(first["files"]) == 1 and first["files"][0].endswith(".blob")
+    assert first["max_abs_err"] < 1e-5
+    again = child("context_cache", {"folder": str(tmp_path)})  # a fresh process: loaded, nothing built
+    assert again["builds"] == 0 and again["files"] == first["files"]
+    assert again["y"] == first["y"]  # the same graphs, bit for bit
+    other = child("context_cache", {"folder": str(tmp_path), "options": {"htp_performance_mode": "burst"}})
+    assert other["builds"] >= 1 and len(other["files"]) == 2  # other options: another entry
+    blob = tmp_path / "contexts" / first["files"][0]
+    blob.write_bytes(b"not a QNN context" * 10)  # a damaged entry is built and saved again
+    damaged = child("context_cache", {"folder": str(tmp_path)})
+    assert damaged["builds"] >= 1 and damaged["y"] == first["y"]
+    assert blob.read_bytes()[:17] != b"not a QNN context"
+    assert child("context_cache", {"folder": str(tmp_path)})["builds"] == 0
+
+
 def test_erf_gelu_chain_runs_as_qnn_gelu_on_an_fp16_target():
     r = child("gelu", {"options": {"soc_model": "57", "enable_htp_fp16_precision": "1"}})
     assert r["placement"] == [[NAME, ["MatMul", "BiasGelu"]]], r["placement"]  # fused by the core, for QNN
@@ -161,6 +179,8 @@ def test_option_errors_name_the_option():
     assert "computes float32, not fp16; set soc_model" in r["fp16_without_soc"]
     assert "soc_model=57 computes float32 graphs with fp16 arithmetic" in r["soc_without_fp16"]
     assert "soc_model=99999: the QNN HTP backend refuses it" in r["bad_soc"]
+    assert "context_cache='on': expected '0' or '1'" in r["cache_flag"]
+    assert "context_cache=1 keeps compiled contexts in cache_dir, which is empty" in r["cache_without_dir"]
 
 
 def test_unloadable_backend_path_declines_every_node_and_cpu_runs_them():
@@ -177,7 +197,7 @@ def test_discovered_available_with_the_verified_api_version():
     assert r["core_api"][:2] == [2, 40] and r["backend_api"][:2] == [5, 51]
     assert "QNN SDK 2.51" in r["description"] and r["build_id"].startswith("v2.51")
     assert r["context_binary_bytes"] > 0
-    assert r["options"] == ["backend_path", "backend_type", "cache_dir", "enable_htp_fp16_precision",
+    assert r["options"] == ["backend_path", "backend_type", "cache_dir", "context_cache", "enable_htp_fp16_precision",
                             "htp_performance_mode", "profiling_level", "soc_model"]
 
 

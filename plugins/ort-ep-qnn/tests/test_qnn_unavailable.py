@@ -59,9 +59,8 @@ def test_options_are_parsed_and_bad_values_named():
                   "htp_performance_mode": "burst", "cache_dir": ""})
     assert (opts.soc_model, opts.fp16, opts.profile_level, opts.htp_performance_mode, opts.cache_dir) == \
         (57, True, 1, "burst", "")
-    assert sorted(DEFAULTS) == ["backend_path", "backend_type", "cache_dir", "enable_htp_fp16_precision",
-                                "htp_performance_mode",
-                                "profiling_level", "soc_model"]
+    assert sorted(DEFAULTS) == ["backend_path", "backend_type", "cache_dir", "context_cache",
+                                "enable_htp_fp16_precision", "htp_performance_mode", "profiling_level", "soc_model"]
     for bad, match in [({"soc_model": "x"}, "soc_model='x'"), ({"soc_model": "-1"}, "must be >= 0"),
                        ({"htp_performance_mode": "turbo"}, "htp_performance_mode='turbo'"),
                        ({"enable_htp_fp16_precision": "2"}, "expected '0' or '1'"),

@@ -28,9 +28,11 @@ def default_cache_dir() -> str:
 
 
 DEFAULTS = {"backend_type": "htp", "backend_path": "", "soc_model": "0", "htp_performance_mode": "default",
-            "enable_htp_fp16_precision": "0", "profiling_level": "off", "cache_dir": "(default)"}
+            "enable_htp_fp16_precision": "0", "profiling_level": "off", "cache_dir": "(default)", "context_cache": "0"}
 """Accepted names and their defaults. ``cache_dir`` '(default)' stands for ``default_cache_dir()``; an empty
-string keeps probe verdicts in memory only."""
+string keeps probe verdicts in memory only. ``context_cache`` '1' keeps every compiled QNN context in
+``cache_dir`` too, so that a later session with the same subgraph, options, SoC and QNN build loads it instead of
+building it (ort-core's own option: onnxruntime's QNN reaches the same through EPContext models only)."""
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class Options:
     fp16: bool = False
     profiling_level: str = "off"
     cache_dir: str = ""
+    context_cache: bool = False
 
     @property
     def precision(self) -> int:
@@ -86,7 +89,11 @@ def parse(options: dict | None) -> Options:
         cache_dir = default_cache_dir()
     if cache_dir:
         cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
-    return Options(backend_path, soc, mode, fp16, level, cache_dir)
+    context_cache = _flag(options, "context_cache")
+    if context_cache and not cache_dir:
+        raise ValueError("context_cache=1 keeps compiled contexts in cache_dir, which is empty: give cache_dir a "
+                         f"folder (or leave it at its default, ${CACHE_DIR_ENV} or ~/.cache/ort-ep-qnn)")
+    return Options(backend_path, soc, mode, fp16, level, cache_dir, context_cache)
 
 
 def _flag(options: dict, key: str) -> bool:

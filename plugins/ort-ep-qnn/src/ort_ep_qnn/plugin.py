@@ -9,12 +9,14 @@ from ``runtime``, ``options``, ``capability``, ``qdq``, ``contexts`` and ``kerne
 from __future__ import annotations
 
 import logging
+import os
 import threading
 
 import numpy as np
 
 from ort_core.memory import HOST
 from ort_core.plugins import (
+    ArtifactCache,
     Capability,
     ExecutionProvider,
     Preferences,
@@ -107,7 +109,9 @@ class QNNProvider(ExecutionProvider):
         self._shared_blob: bytes | None = None
         self._reexports: dict[str, bytes] = {}  # subgraph name -> the binary of the EPContext node it is
         self._loaded: list[LoadedContexts] = []
-        self._retired: list[rt.Context] = []
+        self._retired: list[rt.Context] = []  # contexts whose graphs kernels still run, freed with the session
+        folder = os.path.join(self.opts.cache_dir, "contexts") if self.opts.context_cache else ""
+        self._artifacts = ArtifactCache(folder) if folder else None  # context_cache=1: compiled contexts kept
 
     def _check_precision(self, backend: rt.Backend) -> None:
         opts = self.opts
@@ -228,6 +232,8 @@ class QNNProvider(ExecutionProvider):
                     raise _Unshareable() from None
                 if failed or len(stages) > 1:
                     raise _Unshareable()
+            elif self._artifacts is not None and not export and not has_contexts:
+                stages = self._cached_stages(sub, values, failed)
             else:
                 context = self._own_context(sub.name) if export else self._session_context()
                 stages = self._stages(sub, values, context, loaded, failed)
@@ -246,6 +252,35 @@ class QNNProvider(ExecutionProvider):
             # main_context=0 nodes stays with its original node, which the core then writes unchanged)
             self._reexports[sub.name] = loaded.whole[id(sub.nodes[0])]
         return kernel
+
+    def _cached_stages(self, sub, values, failed: set) -> list[Stage]:
+        """``context_cache=1``: the subgraph's graphs from the QNN context the cache holds for it (deserialized,
+        nothing built), else built in a context of its own, which is then saved there. The key covers the
+        subgraph (nodes and weights), the options, the SoC model and the plugin's and QNN's builds; an entry that
+        cannot be loaded is built and saved again."""
+        cache, b = self._artifacts, self.backend
+        key = cache.key(NAME, f"{__version__}+{self.sdk_version}", self.options,
+                        f"soc_model={self.opts.soc_model}", sub)
+        blob = cache.get(key)
+        if blob is not None:
+            try:
+                graphs = b.system().graphs(blob)
+                context = self._keep(b.context_from_binary(self.opts.soc_model, blob))
+                return loaded_stages(graphs, context, sub.inputs, sub.outputs, sub.name, self.opts)
+            except (rt.QnnError, ContextMismatch, KeyError, ValueError) as e:
+                log.warning("%s: its cached QNN context cannot be used (%s); building it again", sub.name, e)
+        context = self._keep(b.create_context(self.opts.soc_model))
+        stages = self._stages(sub, values, context, None, failed)
+        if failed:  # graphs that did not finalize stay in a context: the one saved is built again without them
+            context = self._keep(b.create_context(self.opts.soc_model))
+            stages = self._stages(sub, values, context, None, failed)
+        cache.put(key, context.binary())
+        return stages
+
+    def _keep(self, context: rt.Context) -> rt.Context:
+        with self._lock:
+            self._retired.append(context)
+        return context
 
     def _version_note(self, nodes) -> str:
         saved = sorted({str(n.attrs.get("ep_sdk_version", "")) for n in nodes} - {"", self.sdk_version})
