@@ -5,9 +5,10 @@ For each model: how many of its nodes each runtime places on QNN (the model's no
 leaves to its CPU provider, counted in the EPContext model each one saves: every node not inside an EPContext
 node runs on the CPU), and each one's largest error against ort-core's CPU provider, relative to the largest
 output value. Each runtime runs in a process of its own (onnxruntime's libffi and the plugin's cffi callbacks
-do not share a process). Prints a Markdown table.
+do not share a process). Prints a Markdown table; ``--markdown PATH`` also writes it as its own section of that
+file (bench/results.md).
 
-    python plugins/ort-ep-qnn/scripts/compare_onnxruntime_qnn.py
+    python plugins/ort-ep-qnn/scripts/compare_onnxruntime_qnn.py [--markdown bench/results.md]
 """
 
 from __future__ import annotations
@@ -235,14 +236,31 @@ def compare(label: str, model: onnx.ModelProto, feeds: dict, ours_options: dict,
             f"| {err(ours_y, ort_y)} |")
 
 
-def main() -> None:
-    print("| model | nodes | ort-core QNN: on QNN | onnxruntime-qnn: on QNN | largest CPU output | ort-core QNN vs CPU "
-          "| onnxruntime-qnn vs CPU | ort-core vs onnxruntime-qnn |")
-    print("|---|---|---|---|---|---|---|---|")
+SECTION = "qnn-comparison"  # its section of bench/results.md (--markdown)
+
+
+def main(argv: list[str]) -> None:
+    markdown = argv[argv.index("--markdown") + 1] if "--markdown" in argv else None
+    lines = ["## QNN: ort-core's provider and onnxruntime-qnn on the HTP simulator", "",
+             "Both on onnxruntime-qnn 2.7.0's `libQnnHtp.so` (QNN SDK 2.51), same models and inputs; nodes each "
+             "places on QNN, and errors against ort-core's CPU provider (`python plugins/ort-ep-qnn/scripts/"
+             "compare_onnxruntime_qnn.py --markdown bench/results.md`; how it counts: "
+             "[plugins/ort-ep-qnn/docs/comparison.md](../plugins/ort-ep-qnn/docs/comparison.md)).", "",
+             "| model | nodes | ort-core QNN: on QNN | onnxruntime-qnn: on QNN | largest CPU output "
+             "| ort-core QNN vs CPU | onnxruntime-qnn vs CPU | ort-core vs onnxruntime-qnn |",
+             "|---|---|---|---|---|---|---|---|"]
+    print("\n".join(lines[4:]), flush=True)
     for case in cases():
-        print(compare(*case), flush=True)
-    print("\nErrors: largest absolute difference divided by the largest absolute CPU output.")
+        lines.append(compare(*case))
+        print(lines[-1], flush=True)
+    lines += ["", "Errors: largest absolute difference divided by the largest absolute CPU output."]
+    print(lines[-1])
+    if markdown:
+        sys.path.insert(0, os.path.join(ROOT, "bench"))
+        import measure
+
+        measure.publish_section("\n".join(lines) + "\n", markdown, SECTION)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
