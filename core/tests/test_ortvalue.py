@@ -343,3 +343,30 @@ def test_dlpack_round_trip_of_a_device_value_keeps_its_memory():
     assert len(dlpack._exported) == held - 3  # the consumers' deleters ran: the exports are released
     with pytest.raises(ort.InvalidArgument, match="cannot read list as a tensor"):
         ort.OrtValue.from_dlpack([1, 2, 3])
+
+
+def test_default_instances_are_made_only_for_a_copy_to_their_device(monkeypatch):
+    """Values outside sessions copy through each installed provider's default instance. Making a session (a CPU
+    one) makes none of them: an installed GPU provider's would wake its device in every process, and one that
+    cannot be made would fail every session. The first copy to a device makes its provider's, once."""
+    import_test_plugins("ort_ep_example")
+    registry = get_registry()
+    made = []
+    create = type(registry).create
+
+    def counting(self, provider, *args, **kwargs):
+        made.append(provider)
+        return create(self, provider, *args, **kwargs)
+
+    monkeypatch.setattr(type(registry), "create", counting)
+    monkeypatch.setattr(registry, "_defaults", {})
+    monkeypatch.setattr(registry, "generation", registry.generation + 1)  # default_transfers made afresh
+    model = make_model([helper.make_node("Relu", ["x"], ["y"])], [helper.make_tensor_value_info("x", 1, [2])],
+                       [helper.make_tensor_value_info("y", 1, [2])])
+    sess = ort.InferenceSession(model.SerializeToString(), providers=[CPU])
+    assert sess.run(None, {"x": np.array([-1.0, 2.0], np.float32)})[0].tolist() == [0.0, 2.0]
+    assert made == [CPU]  # the session's own instance only
+    v = ort.OrtValue.ortvalue_from_numpy(np.arange(3, dtype=np.float32), "example", 0)
+    w = ort.OrtValue.ortvalue_from_numpy(np.arange(2, dtype=np.float32), "example", 0)
+    assert made == [CPU, "ExampleExecutionProvider"] and v.numpy().tolist() == [0.0, 1.0, 2.0]
+    assert w.numpy().tolist() == [0.0, 1.0]

@@ -350,13 +350,30 @@ def find_device(device_type: Any, device_id: Any = 0) -> Device:
 _defaults: list = [None, None]  # ((registry, its generation), its Transfers): made again when providers change
 
 
+class _DefaultInstance:
+    """A provider's process-wide default instance as ``default_transfers`` holds it: made the first time a copy to
+    or from one of its devices asks for its data transfer. A session that never copies there never makes it (nor
+    wakes its device: a CPU session in a process where a GPU provider is installed), and one that cannot be made
+    fails that copy with the reason, not every session."""
+
+    def __init__(self, registry: Any, name: str, devices: tuple[Device, ...]) -> None:
+        self.registry, self.name, self.devices = registry, name, devices
+
+    def data_transfer(self) -> Any:
+        return self.registry.default(self.name).data_transfer()
+
+
 def default_transfers() -> Transfers:
     """The transfers of every installed, available provider's default instance (values outside sessions)."""
     registry = get_registry()
     key = (registry, registry.generation)
     if _defaults[0] != key:
-        names = {name for name in known_devices().values() if name != CPU}
-        _defaults[:] = [key, Transfers(registry.default(name) for name in sorted(names))]
+        devices: dict[str, list[Device]] = {}
+        for device, name in known_devices().items():
+            if name != CPU:
+                devices.setdefault(name, []).append(device)
+        _defaults[:] = [key, Transfers(_DefaultInstance(registry, name, tuple(ds))
+                                       for name, ds in sorted(devices.items()))]
     return _defaults[1]
 
 

@@ -9,7 +9,7 @@ import sys
 
 from cuda_helpers import NAME
 from ort_conformance.unavailable import check_falls_back_when_unavailable
-from ort_ep_cuda import libraries
+from ort_ep_cuda import libraries, nvml
 
 
 def test_missing_libraries_make_it_unavailable_and_sessions_fall_back(tmp_path):
@@ -17,9 +17,13 @@ def test_missing_libraries_make_it_unavailable_and_sessions_fall_back(tmp_path):
                                       f"names {tmp_path}, which has no libcudart.so.13")
 
 
-def test_no_visible_gpu_makes_it_unavailable_naming_cuda_device_count():
-    # no driver (error 35) where there is none; no device (error 100) where a GPU exists but is hidden
-    check_falls_back_when_unavailable(NAME, {"CUDA_VISIBLE_DEVICES": ""}, "cudaGetDeviceCount failed")
+def test_no_visible_gpu_makes_it_unavailable_naming_why(monkeypatch):
+    # where NVML answers (a driver is installed): the hidden GPUs; else the CUDA runtime's answer, no driver
+    # (error 35) or no device (error 100)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+    counted = nvml.probe()
+    expected = "cudaGetDeviceCount failed" if counted is None else counted[1]
+    check_falls_back_when_unavailable(NAME, {"CUDA_VISIBLE_DEVICES": ""}, expected)
 
 
 def test_ort_core_providers_lists_it_unavailable_with_the_reason(tmp_path):

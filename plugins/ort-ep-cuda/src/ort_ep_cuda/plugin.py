@@ -1,8 +1,9 @@
 """Hooks and provider object of CUDAExecutionProvider: the module the entry point names.
 
-Registration (available when libcudart, libnvrtc and libcublas load and a GPU is visible; otherwise the reason,
-in words a user can act on), the factory making one ``CudaProvider`` per session, and its methods: thin answers
-built from ``runtime``, ``options``, ``kernels`` (what it runs, the plan) and ``launch`` (running plans).
+Registration (available when libcudart, libnvrtc and libcublas load and NVML, or else the CUDA runtime, sees a
+GPU; otherwise the reason, in words a user can act on; CUDA itself is initialized by the first session), the
+factory making one ``CudaProvider`` per session, and its methods: thin answers built from ``runtime``,
+``options``, ``kernels`` (what it runs, the plan) and ``launch`` (running plans).
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ NAME = "CUDAExecutionProvider"
 
 
 def _info() -> ProviderInfo:
-    found, reason = rt.devices()  # never raises: a missing library or GPU is an answer, not an error
+    # never raises: a missing library or GPU is an answer; and asks NVML, not CUDA, where it can (fork safety)
+    found, reason = rt.listed_devices()
     devices = tuple(cuda_device(d.id) for d in found) or (cuda_device(0),)
     gpus = "; ".join(f"{d.name} (sm_{d.arch})" for d in found) or "no GPU"
     return ProviderInfo(NAME, devices, available=not reason, reason=reason,

@@ -17,7 +17,7 @@ import cffi
 from ort_core.plugins import LoadOnce, missing_symbols
 
 from . import cuda_api as api
-from . import libraries
+from . import libraries, nvml
 
 
 class CudaUnavailable(RuntimeError):
@@ -211,6 +211,26 @@ def _probe_devices() -> tuple[list[DeviceInfo], str]:
     except CudaError as e:
         return [], f"the GPU cannot be queried ({e})"
     return found, ""
+
+
+def listed_devices() -> tuple[list[Any], str]:
+    """Registration's answer: (the GPUs, each with ``id``, ``name`` and ``arch``, "") or ([], why none can be used),
+    without initializing CUDA where NVML can tell (``nvml``): the libraries are loaded and their symbols checked
+    (no CUDA call), the GPUs counted by NVML; the CUDA runtime is asked only where NVML cannot answer, or already
+    was in this process. Asked once per process, never raises."""
+    with _devices_lock:
+        if "listed" not in _devices:
+            _devices["listed"] = _devices.get("answer") or _list_devices()
+        return _devices["listed"]
+
+
+def _list_devices() -> tuple[list[Any], str]:
+    try:
+        runtime()
+    except CudaUnavailable as e:
+        return [], str(e)
+    counted = nvml.probe()
+    return counted if counted is not None else _probe_devices()
 
 
 def unavailable_reason() -> str:
