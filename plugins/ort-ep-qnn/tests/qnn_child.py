@@ -361,6 +361,21 @@ def scenario_context_cache(args):
             "warnings": [str(w.message) for w in caught]}
 
 
+def scenario_htp_arch(args):
+    """htp_arch reaches the backend's device config: QNN 2.51 answers it (a WARN line naming the arch and the
+    default SoC it then picks), the small CNN runs on QNN and matches the CPU provider."""
+    from ort_ep_qnn import runtime as rt
+
+    mark = rt.LOG.mark()
+    model = small_cnn()
+    sess = session(model, [(NAME, {"htp_arch": args["arch"], "cache_dir": ""}), CPU], optimize=True)
+    x = RNG.standard_normal((2, 3, 16, 16)).astype(np.float32)
+    got = sess.run(None, {"x": x})[0]
+    want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
+    lines = [text for n, level, text in list(rt.LOG._records) if n > mark and "arch" in text.lower()]
+    return {"placement": placement(sess), "max_abs_err": float(np.max(np.abs(got - want))), "backend": lines}
+
+
 def scenario_gelu(args):
     """MatMul, bias Add and the erf GELU chain: on an fp16 target the chain is fused into BiasGelu (QNN's Gelu)."""
     w = init("w", (RNG.standard_normal((16, 32)) * 0.3).astype(np.float32))
@@ -442,7 +457,7 @@ def scenario_discovery(args):
 
     entry = get_registry().providers[NAME]
     b = runtime.backend()
-    ctx = b.create_context(0)  # a finalized context serializes (contextGetBinary): the EPContext groundwork
+    ctx = b.create_context(runtime.Target())  # a finalized context serializes (contextGetBinary): EPContext's base
     g = GraphBuilder(ctx, "binary")
     x, y = g.tensor("x", qnn_api.TENSOR_APP_WRITE, (1, 4)), g.tensor("y", qnn_api.TENSOR_APP_READ, (1, 4))
     g.node("Relu", [x], [y])

@@ -143,6 +143,12 @@ def test_context_cache_keeps_compiled_contexts_for_later_sessions(tmp_path, capl
     assert child("context_cache", {"folder": str(tmp_path)})["builds"] == 0
 
 
+def test_htp_arch_reaches_the_backends_device_config():
+    got = child("htp_arch", {"arch": "73"})
+    assert [p for p, _ in got["placement"]] == [NAME] and got["max_abs_err"] < 1e-5
+    assert any("ARCH 73" in line for line in got["backend"]), got["backend"]  # QNN 2.51: "HTP ARCH 73 set ..."
+
+
 def test_erf_gelu_chain_runs_as_qnn_gelu_on_an_fp16_target():
     r = child("gelu", {"options": {"soc_model": "57", "enable_htp_fp16_precision": "1"}})
     assert r["placement"] == [[NAME, ["MatMul", "BiasGelu"]]], r["placement"]  # fused by the core, for QNN
@@ -198,7 +204,7 @@ def test_discovered_available_with_the_verified_api_version():
     assert "QNN SDK 2.51" in r["description"] and r["build_id"].startswith("v2.51")
     assert r["context_binary_bytes"] > 0
     assert r["options"] == ["backend_path", "backend_type", "cache_dir", "context_cache", "enable_htp_fp16_precision",
-                            "htp_performance_mode", "profiling_level", "soc_model"]
+                            "htp_arch", "htp_performance_mode", "profiling_level", "soc_model"]
 
 
 def test_unverified_api_version_is_refused_naming_both_versions():

@@ -56,12 +56,17 @@ def test_a_library_that_is_not_qnn_is_refused_with_the_reason():
 def test_options_are_parsed_and_bad_values_named():
     assert parse({}) == Options(cache_dir=parse({}).cache_dir)
     opts = parse({"soc_model": "57", "enable_htp_fp16_precision": "1", "profiling_level": "BASIC",
-                  "htp_performance_mode": "burst", "cache_dir": ""})
+                  "htp_performance_mode": "burst", "cache_dir": "", "htp_arch": "v75"})
     assert (opts.soc_model, opts.fp16, opts.profile_level, opts.htp_performance_mode, opts.cache_dir) == \
         (57, True, 1, "burst", "")
+    assert opts.target == (57, 75) and str(opts.target) == "soc_model=57, htp_arch=75"
+    assert parse({}).target == (0, 0) and str(parse({}).target) == "soc_model=0"
     assert sorted(DEFAULTS) == ["backend_path", "backend_type", "cache_dir", "context_cache",
-                                "enable_htp_fp16_precision", "htp_performance_mode", "profiling_level", "soc_model"]
+                                "enable_htp_fp16_precision", "htp_arch", "htp_performance_mode", "profiling_level",
+                                "soc_model"]
     for bad, match in [({"soc_model": "x"}, "soc_model='x'"), ({"soc_model": "-1"}, "must be >= 0"),
+                       ({"htp_arch": "70"}, "htp_arch='70': expected one of 0, 68, 69, 73, 75, 79, 81"),
+                       ({"htp_arch": "x"}, "htp_arch='x'"),
                        ({"htp_performance_mode": "turbo"}, "htp_performance_mode='turbo'"),
                        ({"enable_htp_fp16_precision": "2"}, "expected '0' or '1'"),
                        ({"profiling_level": "optrace"}, "profiling_level='optrace'"),

@@ -22,7 +22,7 @@ from .emitter import Emitter, Values
 from .graph import GraphBuilder
 from .lowering import DATA_INPUTS, FUSED, RULES, SCALAR_CONSTANTS, emit_nodes, quantized_why
 from .qdq import QUANT_TYPES, Plan, QdqIndex, is_dequantized_constant
-from .runtime import Backend, Context, QnnError
+from .runtime import Backend, Context, QnnError, Target
 
 FLOAT = onnx.TensorProto.FLOAT
 MAX_RANK = 5
@@ -124,10 +124,12 @@ def _rules_digest() -> str:
 RULES_DIGEST = _rules_digest()
 
 
-def probe_tag(backend: Backend, soc_model: int, precision: int) -> str:
+def probe_tag(backend: Backend, target: Target, precision: int) -> str:
     """What a verdict depends on besides the node: the library build, target and precision, this plugin and
     its lowering rules."""
-    return f"{backend.build_id}|soc={soc_model}|precision={precision}|ort-ep-qnn={__version__}|rules={RULES_DIGEST}"
+    arch = f"|arch={target.htp_arch}" if target.htp_arch else ""
+    return (f"{backend.build_id}|soc={target.soc_model}{arch}|precision={precision}|ort-ep-qnn={__version__}"
+            f"|rules={RULES_DIGEST}")
 
 
 def signature(node: Any, values: Values, tag: str, extra: Any = None) -> str:
@@ -148,27 +150,27 @@ class Prober:
     PER_CONTEXT = 64
 
     def __init__(self) -> None:
-        self._contexts: dict[tuple[str, int], Context] = {}
+        self._contexts: dict[tuple[str, Target], Context] = {}
         self._lock = threading.Lock()
         self._count = 0
 
-    def _context(self, backend: Backend, soc_model: int) -> Context:
-        key = (backend.path, soc_model)
+    def _context(self, backend: Backend, target: Target) -> Context:
+        key = (backend.path, target)
         ctx = self._contexts.get(key)
         if ctx is not None and ctx.graphs >= self.PER_CONTEXT:
             ctx.close()
             ctx = None
         if ctx is None:
-            ctx = self._contexts[key] = backend.create_context(soc_model)
+            ctx = self._contexts[key] = backend.create_context(target)
         return ctx
 
-    def finalize(self, node: Any, values: Values, backend: Backend, soc_model: int, precision: int,
+    def finalize(self, node: Any, values: Values, backend: Backend, target: Target, precision: int,
                  group: tuple[list[Any], list[Any]] | None = None) -> str:
         """"" when a one-node graph of ``node`` finalizes, else QNN's reason. With ``group`` (its
         DequantizeLinear and QuantizeLinear nodes), the node is built on quantized tensors, as in a model."""
         with self._lock:
             self._count += 1
-            ctx = self._context(backend, soc_model)
+            ctx = self._context(backend, target)
             try:
                 builder = GraphBuilder(ctx, f"probe{self._count}_{node.op_type}", precision)
                 if group is None:
@@ -194,31 +196,31 @@ class Prober:
 PROBER = Prober()
 
 
-def unsupported_reason(node: Any, values: Values, backend: Backend, soc_model: int, precision: int) -> str | None:
+def unsupported_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
     """The rule shared by capability and compile: None when QNN takes ``node`` (a QDQ group's op on quantized
     tensors when it can, else on float ones)."""
-    if quantized_reason(node, values, backend, soc_model, precision) is None:
+    if quantized_reason(node, values, backend, target, precision) is None:
         return None
-    return float_reason(node, values, backend, soc_model, precision)
+    return float_reason(node, values, backend, target, precision)
 
 
-def float_reason(node: Any, values: Values, backend: Backend, soc_model: int, precision: int) -> str | None:
+def float_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
     """None when QNN takes ``node`` as it stands (float ops, or a lone QuantizeLinear / DequantizeLinear)."""
     why = static_reason(node, values)
     if why is not None:
         return why
     if is_dequantized_constant(node, values):
         return None  # no QNN op: the weight is baked where it is read, or returned as the constant it is
-    tag = probe_tag(backend, soc_model, precision)
+    tag = probe_tag(backend, target, precision)
     key = signature(node, values, tag)
     verdict = PROBES.get(key)
     if verdict is None:
-        verdict = PROBER.finalize(node, values, backend, soc_model, precision)
+        verdict = PROBER.finalize(node, values, backend, target, precision)
         PROBES.put(key, verdict)
     return f"the QNN HTP backend does not finalize it: {verdict}" if verdict else None
 
 
-def quantized_reason(node: Any, values: Values, backend: Backend, soc_model: int, precision: int) -> str | None:
+def quantized_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
     """None when ``node`` is a QDQ group's op (DequantizeLinear -> op -> QuantizeLinear) that QNN runs on its
     fixed-point tensors; else why not."""
     index = values.qdq
@@ -232,10 +234,10 @@ def quantized_reason(node: Any, values: Values, backend: Backend, soc_model: int
     kinds = (tuple((index.dq[n].quant.qnn_type, index.dq[n].quant.axis is not None, n in index.constant_sources)
                    for n in node.inputs if n in index.dq),
              tuple(index.q[o][1].qnn_type for o in node.outputs if o))
-    key = signature(node, values, probe_tag(backend, soc_model, precision), ("quantized", kinds))
+    key = signature(node, values, probe_tag(backend, target, precision), ("quantized", kinds))
     verdict = PROBES.get(key)
     if verdict is None:
         live = [d for d in dqs if d.outputs[0] not in index.constant_sources]
-        verdict = PROBER.finalize(node, values, backend, soc_model, precision, (live, qs))
+        verdict = PROBER.finalize(node, values, backend, target, precision, (live, qs))
         PROBES.put(key, verdict)
     return f"on quantized tensors, the QNN HTP backend does not finalize it: {verdict}" if verdict else None

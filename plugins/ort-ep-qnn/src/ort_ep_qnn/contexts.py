@@ -19,7 +19,7 @@ from typing import Any
 from ort_core.plugins.context import CONTEXT_DOMAIN, CONTEXT_OP
 from ort_core.plugins.provider import SavedContext
 
-from .runtime import Backend, Context, GraphInfo
+from .runtime import Backend, Context, GraphInfo, Target
 
 SOURCES = ("qnnexecutionprovider", "qnn")
 
@@ -63,7 +63,7 @@ class LoadedContexts:
         self.contexts.clear()
 
 
-def load_contexts(nodes: Sequence[Any], backend: Backend, soc_model: int,
+def load_contexts(nodes: Sequence[Any], backend: Backend, target: Target,
                   saved_context: Callable[[Any], SavedContext]) -> LoadedContexts:
     """Deserialize the binary of every main EPContext node ``nodes`` read (``saved_context(node)``: the core's reader,
     which finds the main node of a ``main_context=0`` node), once each, and find each node's graphs in it (QnnError,
@@ -77,7 +77,7 @@ def load_contexts(nodes: Sequence[Any], backend: Backend, soc_model: int,
             if id(saved.main) not in mains:
                 blob = saved.blob
                 graphs = system.graphs(blob)
-                ctx = backend.context_from_binary(soc_model, blob)
+                ctx = backend.context_from_binary(target, blob)
                 out.contexts.append(ctx)
                 mains[id(saved.main)] = (ctx, graphs)
             ctx, graphs = mains[id(saved.main)]

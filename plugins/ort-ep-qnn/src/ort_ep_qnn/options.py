@@ -11,6 +11,7 @@ import os
 from dataclasses import dataclass
 
 from . import qnn_api as q
+from .runtime import Target
 
 PERFORMANCE_MODES = ("default", "burst", "balanced", "high_performance", "high_power_saver", "low_balanced",
                      "low_power_saver", "power_saver", "extreme_power_saver", "sustained_high_performance")
@@ -27,7 +28,9 @@ def default_cache_dir() -> str:
     return os.path.join(base, "ort-ep-qnn")
 
 
-DEFAULTS = {"backend_type": "htp", "backend_path": "", "soc_model": "0", "htp_performance_mode": "default",
+HTP_ARCHS = (0, 68, 69, 73, 75, 79, 81)  # QnnHtpDevice_Arch_t's values (0: the backend's default)
+DEFAULTS = {"backend_type": "htp", "backend_path": "", "soc_model": "0", "htp_arch": "0",
+            "htp_performance_mode": "default",
             "enable_htp_fp16_precision": "0", "profiling_level": "off", "cache_dir": "(default)", "context_cache": "0"}
 """Accepted names and their defaults. ``cache_dir`` '(default)' stands for ``default_cache_dir()``; an empty
 string keeps probe verdicts in memory only. ``context_cache`` '1' keeps every compiled QNN context in
@@ -44,6 +47,11 @@ class Options:
     profiling_level: str = "off"
     cache_dir: str = ""
     context_cache: bool = False
+    htp_arch: int = 0  # 0: the backend's default (v68 on the x86 simulator)
+
+    @property
+    def target(self) -> Target:
+        return Target(self.soc_model, self.htp_arch)
 
     @property
     def precision(self) -> int:
@@ -89,11 +97,15 @@ def parse(options: dict | None) -> Options:
         cache_dir = default_cache_dir()
     if cache_dir:
         cache_dir = os.path.abspath(os.path.expanduser(cache_dir))
+    raw_arch = str(options.get("htp_arch", "0")).strip().lower().removeprefix("v") or "0"
+    if not raw_arch.isdigit() or int(raw_arch) not in HTP_ARCHS:
+        raise ValueError(f"htp_arch={options['htp_arch']!r}: expected one of {', '.join(map(str, HTP_ARCHS))} (the "
+                         "Hexagon HTP architecture, e.g. 73 for v73; 0 leaves the backend's default)")
     context_cache = _flag(options, "context_cache")
     if context_cache and not cache_dir:
         raise ValueError("context_cache=1 keeps compiled contexts in cache_dir, which is empty: give cache_dir a "
                          f"folder (or leave it at its default, ${CACHE_DIR_ENV} or ~/.cache/ort-ep-qnn)")
-    return Options(backend_path, soc, mode, fp16, level, cache_dir, context_cache)
+    return Options(backend_path, soc, mode, fp16, level, cache_dir, context_cache, int(raw_arch))
 
 
 def _flag(options: dict, key: str) -> bool:

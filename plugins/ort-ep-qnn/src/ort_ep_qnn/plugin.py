@@ -52,20 +52,20 @@ def _info() -> ProviderInfo:
                         version=__version__, options=dict(DEFAULTS))
 
 
-_fp16_verdicts: dict[tuple[str, int], bool] = {}
+_fp16_verdicts: dict[tuple[str, rt.Target], bool] = {}
 _fp16_lock = threading.Lock()
 
 
-def computes_fp16(backend: rt.Backend, soc_model: int) -> bool:
-    """Whether the HTP target ``soc_model`` computes float32 graphs with fp16 arithmetic, measured once: 1 + 2**-12
+def computes_fp16(backend: rt.Backend, target: rt.Target) -> bool:
+    """Whether the HTP ``target`` computes float32 graphs with fp16 arithmetic, measured once: 1 + 2**-12
     survives float32 arithmetic but not fp16's 11-bit significand. (On SoCs with fp16 the backend relaxes float32
     graphs to fp16 and does not honour a float32 precision setting; the simulator's default v68 target computes
     float32.)"""
-    key = (backend.path, soc_model)
+    key = (backend.path, target)
     with _fp16_lock:
         if key in _fp16_verdicts:
             return _fp16_verdicts[key]
-        ctx = backend.create_context(soc_model)
+        ctx = backend.create_context(target)
         try:
             g = GraphBuilder(ctx, "precision_check")
             a = g.tensor("a", q.TENSOR_APP_WRITE, (1, 8))
@@ -116,11 +116,11 @@ class QNNProvider(ExecutionProvider):
     def _check_precision(self, backend: rt.Backend) -> None:
         opts = self.opts
         try:
-            self.backend.device(opts.soc_model)
+            self.backend.device(opts.target)
         except rt.QnnError as e:
-            raise ValueError(f"soc_model={opts.soc_model}: the QNN HTP backend refuses it ({e})") from None
-        fp16 = computes_fp16(backend, opts.soc_model)
-        target = f"soc_model={opts.soc_model}" if opts.soc_model else "the backend's default target (soc_model=0)"
+            raise ValueError(f"{opts.target}: the QNN HTP backend refuses it ({e})") from None
+        fp16 = computes_fp16(backend, opts.target)
+        target = str(opts.target) if opts.soc_model or opts.htp_arch else "the backend's default target (soc_model=0)"
         if opts.fp16 and not fp16:
             raise ValueError(f"enable_htp_fp16_precision=1: {target} computes float32, not fp16; set soc_model to "
                              "an SoC whose HTP computes fp16 (e.g. 57, SM8650)")
@@ -131,7 +131,7 @@ class QNNProvider(ExecutionProvider):
 
     @property
     def tag(self) -> str:
-        return probe_tag(self.backend, self.opts.soc_model, self.opts.precision)
+        return probe_tag(self.backend, self.opts.target, self.opts.precision)
 
     def preferences(self) -> Preferences:
         # constants become static tensors of the QNN graph; QDQ groups stay nodes, to run on fixed-point tensors;
@@ -151,7 +151,7 @@ class QNNProvider(ExecutionProvider):
         def reason(node):  # QNN's own EPContext nodes (this provider's or onnxruntime's) load without compiling
             if is_qnn_context_node(node):
                 return context_reason(node)
-            return unsupported_reason(node, values, backend, opts.soc_model, opts.precision)
+            return unsupported_reason(node, values, backend, opts.target, opts.precision)
 
         capability = Capability.from_reasons(nodes, reason)
         PROBES.save(opts.cache_dir, self.tag)
@@ -167,7 +167,7 @@ class QNNProvider(ExecutionProvider):
             if self.closed:
                 raise RuntimeError(f"{NAME}: the provider was closed with its session")
             if getattr(self, attr) is None:
-                setattr(self, attr, self.backend.create_context(self.opts.soc_model))
+                setattr(self, attr, self.backend.create_context(self.opts.target))
             return getattr(self, attr)
 
     @property
@@ -191,7 +191,7 @@ class QNNProvider(ExecutionProvider):
         if context_nodes:
             graph = subgraphs[0].graph
             try:
-                loaded = load_contexts(context_nodes, self.backend, self.opts.soc_model,
+                loaded = load_contexts(context_nodes, self.backend, self.opts.target,
                                        lambda node: self.saved_context(node, graph))
             except (rt.QnnError, KeyError, ValueError) as e:
                 # no other provider can run an EPContext node of QNN: a plain error, which the core reports
@@ -218,7 +218,7 @@ class QNNProvider(ExecutionProvider):
         values = values_of_subgraph(sub)
         has_contexts = any(is_qnn_context_node(n) for n in sub.nodes)
         why = next((w for n in sub.nodes if not is_qnn_context_node(n)
-                    and (w := unsupported_reason(n, values, self.backend, self.opts.soc_model,
+                    and (w := unsupported_reason(n, values, self.backend, self.opts.target,
                                                  self.opts.precision))), None)
         if why is not None:
             return UnsupportedSubgraph(why)
@@ -260,19 +260,19 @@ class QNNProvider(ExecutionProvider):
         cannot be loaded is built and saved again."""
         cache, b = self._artifacts, self.backend
         key = cache.key(NAME, f"{__version__}+{self.sdk_version}", self.options,
-                        f"soc_model={self.opts.soc_model}", sub)
+                        str(self.opts.target), sub)
         blob = cache.get(key)
         if blob is not None:
             try:
                 graphs = b.system().graphs(blob)
-                context = self._keep(b.context_from_binary(self.opts.soc_model, blob))
+                context = self._keep(b.context_from_binary(self.opts.target, blob))
                 return loaded_stages(graphs, context, sub.inputs, sub.outputs, sub.name, self.opts)
             except (rt.QnnError, ContextMismatch, KeyError, ValueError) as e:
                 log.warning("%s: its cached QNN context cannot be used (%s); building it again", sub.name, e)
-        context = self._keep(b.create_context(self.opts.soc_model))
+        context = self._keep(b.create_context(self.opts.target))
         stages = self._stages(sub, values, context, None, failed)
         if failed:  # graphs that did not finalize stay in a context: the one saved is built again without them
-            context = self._keep(b.create_context(self.opts.soc_model))
+            context = self._keep(b.create_context(self.opts.target))
             stages = self._stages(sub, values, context, None, failed)
         cache.put(key, context.binary())
         return stages
@@ -295,7 +295,7 @@ class QNNProvider(ExecutionProvider):
         nodes = list(sub.nodes)
 
         opts, backend = self.opts, self.backend
-        plan = make_plan(nodes, values.qdq, lambda n: quantized_reason(n, values, backend, opts.soc_model,
+        plan = make_plan(nodes, values.qdq, lambda n: quantized_reason(n, values, backend, opts.target,
                                                                         opts.precision) is None, DATA_INPUTS)
         if plan.quantized:
             log.info("%s: %d op(s) on quantized tensors: %s", sub.name, len(plan.quantized),
@@ -328,7 +328,7 @@ class QNNProvider(ExecutionProvider):
                 self._retired.append(ctx)  # its graphs' kernels are dropped; freed with the session
                 ctx = None
             if ctx is None:
-                ctx = self._exports[name] = self.backend.create_context(self.opts.soc_model)
+                ctx = self._exports[name] = self.backend.create_context(self.opts.target)
             return ctx
 
     def _shared_context(self) -> rt.Context:

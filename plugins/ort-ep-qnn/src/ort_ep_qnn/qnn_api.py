@@ -339,6 +339,7 @@ PARAM_TENSOR = 1
 # QnnDevice_ConfigOption_t / QnnHtpDevice_ConfigOption_t
 DEVICE_CONFIG_CUSTOM = 0
 HTP_DEVICE_CONFIG_SOC = 0
+HTP_DEVICE_CONFIG_ARCH = 1
 
 # QnnHtpDevice_InfrastructureType_t, QnnHtpPerfInfrastructure_PowerConfigOption_t and PowerMode_t
 HTP_INFRASTRUCTURE_PERF = 0

@@ -16,7 +16,7 @@ import tempfile
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import cffi
 
@@ -129,10 +129,22 @@ def _supported_text() -> str:
     return f"core API {', '.join(_fmt(v) for v in q.VERIFIED_CORE_API)} with {backends}"
 
 
+class Target(NamedTuple):
+    """What the HTP backend compiles for: Qualcomm's SoC model id and the HTP architecture (0: the backend's
+    default for either; on the x86 simulator an HTP v68)."""
+
+    soc_model: int = 0
+    htp_arch: int = 0
+
+    def __str__(self) -> str:
+        return f"soc_model={self.soc_model}" + (f", htp_arch={self.htp_arch}" if self.htp_arch else "")
+
+
 class Backend:
     """One loaded QNN backend library: its interface table (``api``), versions, build id, log and backend
-    handles, and one device handle per SoC model. Graph building and finalizing go through ``lock`` (one at
-    a time: the backend's log ring is shared); executions of different graphs may run together."""
+    handles, and one device handle per target (SoC model, HTP architecture). Graph building and finalizing go
+    through ``lock`` (one at a time: the backend's log ring is shared); executions of different graphs may run
+    together."""
 
     def __init__(self, path: str, found_in: str = "") -> None:
         self.path, self.found_in = path, found_in
@@ -229,24 +241,31 @@ class Backend:
             raise QnnUnavailable(f"{self.path}: {text}")
         raise QnnError(text, q.error_code(status))
 
-    def device(self, soc_model: int) -> Any:
-        """The device handle for ``soc_model`` (0: the backend's default target), created once."""
+    def device(self, target: Target) -> Any:
+        """The device handle for ``target`` (SoC model and HTP architecture; 0: the backend's default), created
+        once."""
         with self.lock:
-            if soc_model in self._devices:
-                return self._devices[soc_model]
+            if target in self._devices:
+                return self._devices[target]
             handle = ffi.new("Qnn_DeviceHandle_t*")
             mark = LOG.mark()
-            if soc_model:
+            customs = []
+            if target.soc_model:
                 custom = ffi.new("QnnHtpDevice_CustomConfig_t*")
-                custom.option, custom.socModel = q.HTP_DEVICE_CONFIG_SOC, soc_model
-                config = ffi.new("QnnDevice_Config_t*")
+                custom.option, custom.socModel = q.HTP_DEVICE_CONFIG_SOC, target.soc_model
+                customs.append(custom)
+            if target.htp_arch:
+                custom = ffi.new("QnnHtpDevice_CustomConfig_t*")
+                custom.option = q.HTP_DEVICE_CONFIG_ARCH
+                custom.arch.deviceId, custom.arch.arch = 0, target.htp_arch
+                customs.append(custom)
+            configs = [ffi.new("QnnDevice_Config_t*") for _ in customs]
+            for config, custom in zip(configs, customs):
                 config.option, config.customConfig = q.DEVICE_CONFIG_CUSTOM, custom
-                configs = ffi.new("const QnnDevice_Config_t*[2]", [config, ffi.NULL])
-                status = self.api.deviceCreate(self.log_handle, configs, handle)
-            else:
-                status = self.api.deviceCreate(self.log_handle, ffi.NULL, handle)
-            self.check(status, f"QnnDevice_create(soc_model={soc_model})", mark)
-            self._devices[soc_model] = handle[0]
+            listed = ffi.new(f"const QnnDevice_Config_t*[{len(configs) + 1}]", [*configs, ffi.NULL])
+            status = self.api.deviceCreate(self.log_handle, listed if configs else ffi.NULL, handle)
+            self.check(status, f"QnnDevice_create({target})", mark)
+            self._devices[target] = handle[0]
             return handle[0]
 
     def perf_infrastructure(self) -> Any:
@@ -264,13 +283,13 @@ class Backend:
                 self._perf = infra.perfInfra
             return self._perf
 
-    def create_context(self, soc_model: int) -> Context:
-        return Context(self, soc_model)
+    def create_context(self, target: Target) -> Context:
+        return Context(self, target)
 
-    def context_from_binary(self, soc_model: int, blob: bytes) -> Context:
+    def context_from_binary(self, target: Target, blob: bytes) -> Context:
         """A context deserialized from ``blob`` (``Context.binary()``, or onnxruntime's QNN context binary):
         its graphs are finalized already and are found with ``Context.retrieve``."""
-        return Context(self, soc_model, blob)
+        return Context(self, target, blob)
 
     def system(self) -> System:
         """libQnnSystem of the same SDK (the folder of the backend library), loaded once."""
@@ -297,9 +316,9 @@ class Context:
     """A QNN context on one device: the graphs of one provider instance (or of capability probes) live in it;
     freed with ``close``. Given ``blob`` (a serialized context), it is deserialized instead of created empty."""
 
-    def __init__(self, backend: Backend, soc_model: int, blob: bytes | None = None) -> None:
-        self.backend, self.soc_model = backend, soc_model
-        device = backend.device(soc_model)
+    def __init__(self, backend: Backend, target: Target, blob: bytes | None = None) -> None:
+        self.backend, self.target = backend, target
+        device = backend.device(target)
         handle = ffi.new("Qnn_ContextHandle_t*")
         with backend.lock:
             mark = LOG.mark()
