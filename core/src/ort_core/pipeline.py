@@ -17,6 +17,7 @@ from .errors import KernelError, NotImplementedOp, OrtError, PluginError, warn
 from .ir.graph import Graph, Model, Node, outer_scope_reads
 from .limits import check_terminated, current
 from .memory.device import HOST
+from .optimizer.layout import to_channels_last
 from .partition import partition, recut
 from .planning import Placed, build_plan
 from .plugins.manager import CPU
@@ -44,6 +45,7 @@ class Placement:
     source: str = "<model>"
     bodies: Any = None
     session_wide: bool = True
+    channels_last: set[str] = field(default_factory=set)  # providers preferring NHWC (Preferences.layout)
 
     def for_body(self) -> Placement:
         """The same session's placement for a graph body: its own provider list, failures kept to it."""
@@ -95,13 +97,19 @@ def _transform(model: Any, part, where: Placement) -> int:
         claimed = frozenset(i for i, p in part.assignment.items() if p == name)
         if not claimed:
             continue
-        count = where.instances[name].transform(TransformView(model, claimed))
+        count = to_channels_last(model, claimed) if name in where.channels_last else 0
+        count += where.instances[name].transform(TransformView(model, claimed | _new_ids(model, part)))
         part.transformed[name] = part.transformed.get(name, 0) + count
         if count:
             for node in model.graph.nodes:
                 part.assignment.setdefault(node.id, name)
         total += count
     return total
+
+
+def _new_ids(model: Any, part) -> frozenset[int]:
+    """Nodes no placement has seen yet: those the layout rewrite just added for the provider being transformed."""
+    return frozenset(n.id for n in model.graph.nodes if n.id not in part.assignment)
 
 
 def _partition(graph: Graph, where: Placement, excluded: dict[str, set[int]]):

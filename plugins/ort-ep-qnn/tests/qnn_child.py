@@ -53,7 +53,22 @@ def session(model, providers, optimize=False):
 
 
 def placement(sess):
-    return [[a.provider, list(a.op_types)] for a in sess.get_provider_graph_assignment_info()]
+    """[provider, op types] per subgraph, the model's own nodes only: the Transposes the core's channels-last
+    rewrite adds for this provider (see layout_transposes) are left out."""
+    return [[a.provider, [op for op, name in zip(a.op_types, a.node_names) if not _layout_transpose(op, name)]]
+            for a in sess.get_provider_graph_assignment_info()]
+
+
+def layout_transposes(sess):
+    """How many Transposes the core's channels-last rewrite left in the QNN subgraphs."""
+    return sum(_layout_transpose(op, name) for a in sess.get_provider_graph_assignment_info()
+               for op, name in zip(a.op_types, a.node_names))
+
+
+def _layout_transpose(op, name):
+    from ort_core.optimizer.layout import ADDED_SUFFIXES
+
+    return op == "Transpose" and name.endswith(ADDED_SUFFIXES)
 
 
 # ------------------------------------------------------------------------------------------ op cases
@@ -572,7 +587,7 @@ def scenario_stages(args):
     got = sess.run(None, {"x": x})[0]
     want = session(model, [CPU], optimize=True).run(None, {"x": x})[0]
     return {"placement": placement(sess), "stages": built, "max_abs_err": float(np.max(np.abs(got - want))),
-            "max_abs": float(np.max(np.abs(want)))}
+            "max_abs": float(np.max(np.abs(want))), "layout_transposes": layout_transposes(sess)}
 
 
 # ------------------------------------------------------------------------------------------- QDQ

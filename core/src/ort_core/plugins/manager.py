@@ -251,6 +251,8 @@ class SessionProvider:
         self._typed("preferences", prefs, Preferences, "expected ort_core.plugins.Preferences")
         if not all(isinstance(op, str) and "::" in op for op in prefs.fused_ops):
             raise self._bad("preferences", f"fused_ops must hold 'domain::op_type' strings, got {prefs.fused_ops!r}")
+        if prefs.layout not in ("NCHW", "NHWC"):
+            raise self._bad("preferences", f"layout must be 'NCHW' or 'NHWC', got {prefs.layout!r}")
         return prefs
 
     def get_capability(self, view: GraphView) -> Capability:

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import onnx
 
+from ort_core.optimizer.layout import NHWC_DOMAIN
 from ort_core.plugins import VerdictCache, canonical, constant_node_values, is_onnx_domain
 
 from . import __version__, emitter, lowering, qdq
 from .emitter import Emitter, Values
 from .graph import GraphBuilder
-from .lowering import DATA_INPUTS, FUSED, RULES, SCALAR_CONSTANTS, emit_nodes, quantized_why
+from .lowering import DATA_INPUTS, FUSED, NHWC_OPS, RULES, SCALAR_CONSTANTS, emit_nodes, quantized_why
 from .qdq import QUANT_TYPES, Plan, QdqIndex, is_dequantized_constant
 from .runtime import Backend, Context, QnnError, Target
 
@@ -198,7 +199,10 @@ PROBER = Prober()
 
 def unsupported_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
     """The rule shared by capability and compile: None when QNN takes ``node`` (a QDQ group's op on quantized
-    tensors when it can, else on float ones)."""
+    tensors when it can, else on float ones). A channels-last node (the core makes them of the Conv, pool and LRN
+    nodes this provider claimed, for its NHWC preference) is taken as its standard form was."""
+    if node.domain == NHWC_DOMAIN:
+        return None if node.op_type in NHWC_OPS else f"{NHWC_DOMAIN}::{node.op_type} is not mapped to QNN"
     if quantized_reason(node, values, backend, target, precision) is None:
         return None
     return float_reason(node, values, backend, target, precision)

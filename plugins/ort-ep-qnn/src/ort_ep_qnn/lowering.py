@@ -2,8 +2,10 @@
 
 ``RULES[op].why_not(node, values)`` says why a node cannot be mapped (None when it can); ``emit(node, em)``
 adds the QNN tensors and nodes computing it to a graph through an ``Emitter``. Values keep ONNX's layout
-(NCHW) between nodes; Conv, the pools and LRN work in QNN's NHWC between two Transposes. Which nodes are
-offered to QNN, and the probes, are ``capability``'s.
+(NCHW) between nodes; Conv, the pools and LRN work in QNN's NHWC between two Transposes, except in their
+channels-last forms (domain ``com.ms.internal.nhwc``, which the core makes of them for this provider: its
+``Preferences.layout`` is NHWC), whose input and output are NHWC already. Which nodes are offered to QNN, and the
+probes, are ``capability``'s.
 """
 
 from __future__ import annotations
@@ -14,9 +16,41 @@ from typing import Any
 
 import numpy as np
 
+from ort_core.optimizer.layout import NHWC_DOMAIN
+
 from .emitter import NCHW_TO_NHWC, NHWC_TO_NCHW, Emitter, Values
 from .graph import Scalar, TensorParam
 from .runtime import QnnError
+
+NHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN"})
+"""The channels-last ops (domain com.ms.internal.nhwc) this provider lowers."""
+
+
+def _nhwc_input(node: Any, em: Emitter, hint: str):
+    """The op's data input as an NHWC tensor: as it is for a channels-last node, else through a Transpose."""
+    x = em.read(node.inputs[0])
+    return x if node.domain == NHWC_DOMAIN else em.transpose(x, NCHW_TO_NHWC, hint=hint)
+
+
+def _nhwc_output(node: Any, em: Emitter, hint: str, shape: Sequence[int] | None = None):
+    """The NHWC tensor the op writes: its output itself for a channels-last node, else a temporary that
+    ``_nhwc_done`` transposes into it. ``shape``: NHWC, when not the output's own."""
+    if node.domain == NHWC_DOMAIN:
+        return em.write(node.outputs[0], shape)
+    y_shape = em.values.shape(node.outputs[0])
+    nhwc = tuple(shape) if shape is not None else tuple(y_shape[p] for p in NCHW_TO_NHWC)
+    return em.temp(hint, nhwc, quant=em.out_quant(node.outputs[0]))
+
+
+def _nhwc_done(node: Any, em: Emitter, y, hint: str) -> None:
+    if node.domain != NHWC_DOMAIN:
+        em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), hint)
+
+
+def _hw(node: Any, values: Values) -> tuple[int, int]:
+    """The data input's height and width, in either layout."""
+    shape = values.shape(node.inputs[0])
+    return (shape[1], shape[2]) if node.domain == NHWC_DOMAIN else (shape[2], shape[3])
 
 
 # ------------------------------------------------------------------------------------------- helpers
@@ -193,7 +227,7 @@ def _spatial(node: Any, values: Values, kernel: Sequence[int], dilations: Sequen
              strides: Sequence[int]) -> tuple[list[int], str | None]:
     """Explicit pads [top, left, bottom, right] for a 2-D window op, from ``pads`` or ``auto_pad``."""
     auto = _attr_str(node, "auto_pad", "NOTSET")
-    shape = values.shape(node.inputs[0])
+    hw = _hw(node, values)
     if auto in ("NOTSET", ""):
         pads = _ints(node, "pads", [0, 0, 0, 0])
         return pads, None
@@ -203,7 +237,7 @@ def _spatial(node: Any, values: Values, kernel: Sequence[int], dilations: Sequen
         return [], f"auto_pad={auto} is not mapped"
     pads = [0, 0, 0, 0]
     for i in range(2):
-        size, span = shape[2 + i], (kernel[i] - 1) * dilations[i] + 1
+        size, span = hw[i], (kernel[i] - 1) * dilations[i] + 1
         out = -(-size // strides[i])
         total = max(0, (out - 1) * strides[i] + span - size)
         small, big = total // 2, total - total // 2
@@ -268,9 +302,8 @@ def _emit_conv(node: Any, em: Emitter) -> None:
         bias = [em.weight(node.inputs[2], None, "Conv_b")]
     else:  # a quantized Conv without bias takes none (QNN's bias input is optional)
         bias = [] if em.quantized else [em.static(np.zeros(out_channels, np.float32), "Conv_b")]
-    x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint="Conv_in")
-    y_shape = em.values.shape(node.outputs[0])
-    y = em.temp("Conv_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC), quant=em.out_quant(node.outputs[0]))
+    x = _nhwc_input(node, em, "Conv_in")
+    y = _nhwc_output(node, em, "Conv_nhwc")
     params = [TensorParam("stride", np.array(strides, np.uint32)),
               TensorParam("pad_amount", np.array([[pads[0], pads[2]], [pads[1], pads[3]]], np.uint32)),
               TensorParam("dilation", np.array(dilations, np.uint32))]
@@ -280,7 +313,7 @@ def _emit_conv(node: Any, em: Emitter) -> None:
         em.op("Conv2d", [x, weights, *bias], [y], params, "Conv")
     else:  # depthwise: QNN's filter is (H, W, 1, C)
         em.op("DepthWiseConv2d", [x, weights, *bias], [y], params, "DwConv")
-    em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), "Conv_out")
+    _nhwc_done(node, em, y, "Conv_out")
 
 
 def _pool_why(node: Any, values: Values) -> str | None:
@@ -298,9 +331,8 @@ def _emit_pool(node: Any, em: Emitter) -> None:
     kernel = _ints(node, "kernel_shape", [])
     strides = _ints(node, "strides", [1, 1])
     pads, _ = _spatial(node, em.values, kernel, [1, 1], strides)
-    x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint=f"{node.op_type}_in")
-    y_shape = em.values.shape(node.outputs[0])
-    y = em.temp(f"{node.op_type}_nhwc", tuple(y_shape[p] for p in NCHW_TO_NHWC), quant=em.out_quant(node.outputs[0]))
+    x = _nhwc_input(node, em, f"{node.op_type}_in")
+    y = _nhwc_output(node, em, f"{node.op_type}_nhwc")
     if node.op_type == "MaxPool":
         # QNN's PoolMax2d pads with zeros; ONNX's padding never wins a max. Pad with the lowest float first
         # (also the tail a ceil_mode window reaches past the input), then pool without padding.
@@ -336,7 +368,7 @@ def _emit_pool(node: Any, em: Emitter) -> None:
                   [y], hint="AveragePool_exclude_pads")
         else:
             em.op("PoolAvg2d", [x], [y], params, "AveragePool")
-    em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), f"{node.op_type}_out")
+    _nhwc_done(node, em, y, f"{node.op_type}_out")
 
 
 def _window_counts(size: Sequence[int], out: Sequence[int], kernel: Sequence[int], strides: Sequence[int],
@@ -362,14 +394,14 @@ def _emit_lrn(node: Any, em: Emitter) -> None:
     """ONNX divides alpha by the window size and centres the window on the channel; QNN's Lrn (channels last)
     takes the radius and alpha as they apply."""
     size = int(node.attr("size"))
-    x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint="LRN_in")
-    y = em.temp("LRN_nhwc", x.shape)
+    x = _nhwc_input(node, em, "LRN_in")
+    y = _nhwc_output(node, em, "LRN_nhwc", x.shape)
     params = [Scalar("alpha", float(node.attr("alpha", 1e-4)) / size, "float32"),
               Scalar("beta", float(node.attr("beta", 0.75)), "float32"),
               Scalar("bias", float(node.attr("bias", 1.0)), "float32"),
               Scalar("radius", (size - 1) // 2, "int32"), Scalar("region", 0)]
     em.op("Lrn", [x], [y], params, "LRN")
-    em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), "LRN_out")
+    _nhwc_done(node, em, y, "LRN_out")
 
 
 def _gap_why(node: Any, values: Values) -> str | None:
@@ -380,12 +412,12 @@ def _gap_why(node: Any, values: Values) -> str | None:
 def _emit_gap(node: Any, em: Emitter) -> None:
     # reduced over H, W in NHWC: the HTP backend fails to finalize some graphs that read a ReduceMean over
     # NCHW's two last axes (it keeps that result in a layout later reshapes cannot take)
-    x = em.transpose(em.read(node.inputs[0]), NCHW_TO_NHWC, hint="GAP_in")
+    x = _nhwc_input(node, em, "GAP_in")
     n, _, _, c = x.shape
-    y = em.temp("GAP_nhwc", (n, 1, 1, c), quant=em.out_quant(node.outputs[0]))
+    y = _nhwc_output(node, em, "GAP_nhwc", (n, 1, 1, c))
     em.op("ReduceMean", [x], [y], [TensorParam("axes", np.array([1, 2], np.uint32)), Scalar("keep_dims", True, "bool")],
           "GAP")
-    em.transpose(y, NHWC_TO_NCHW, em.write(node.outputs[0]), "GAP_out")
+    _nhwc_done(node, em, y, "GAP_out")
 
 
 def _batchnorm_why(node: Any, values: Values) -> str | None:

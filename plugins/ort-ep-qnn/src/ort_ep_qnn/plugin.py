@@ -138,7 +138,9 @@ class QNNProvider(ExecutionProvider):
         # the erf GELU chain fused into one Gelu where QNN's Gelu computes (fp16 targets: it does not finalize
         # in float32 on the simulator's v68 target, where Erf does not either)
         fused = frozenset({"com.microsoft::Gelu", "com.microsoft::BiasGelu"}) if self.opts.fp16 else frozenset()
-        return Preferences(keep_qdq=True, bakes_weights=True, fused_ops=fused)
+        # layout NHWC: the HTP computes channels-last; the core hands over Conv, the pools and LRN in their NHWC forms
+        # and removes the Transposes between them, which this provider otherwise puts around each
+        return Preferences(keep_qdq=True, bakes_weights=True, fused_ops=fused, layout="NHWC")
 
     def get_capability(self, graph):
         nodes = graph.nodes()
