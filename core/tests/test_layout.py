@@ -183,3 +183,21 @@ def test_branches_concatenated_on_channels_stay_channels_last(channels_last):
     _both(model, {"decline": ""})
     (compiled,) = channels_last.EVENTS
     assert [op for _, op in compiled] == ["Transpose", "Conv", "Conv", "Concat", "Conv", "Transpose"], compiled
+
+
+def test_a_long_chain_keeps_two_transposes():
+    """The rewrite on 500 Conv + Relu pairs (one pass in node order): one Transpose in, one out."""
+    from ort_core.ir.load import load_model
+    from ort_core.optimizer.layout import to_channels_last
+
+    nodes, prev = [], "x"
+    for i in range(500):
+        nodes += [helper.make_node("Conv", [prev, "w"], [f"c{i}"]), helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]
+        prev = f"r{i}"
+    model = load_model(make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 6, 6])],
+                                  [helper.make_tensor_value_info(prev, TensorProto.FLOAT, [1, 4, 6, 6])],
+                                  [_w("w", 4, 4, 1, 1)]).SerializeToString())
+    assert to_channels_last(model, {n.id for n in model.graph.nodes}) > 0
+    ops = [(n.domain, n.op_type) for n in model.graph.nodes]
+    assert ops.count(("", "Transpose")) == 2 and ops.count((NHWC_DOMAIN, "Conv")) == 500
+    assert ops[0] == ("", "Transpose") and ops[-1] == ("", "Transpose")

@@ -4,11 +4,12 @@ Hardware that computes in NHWC (Qualcomm's HTP, most NPUs) otherwise pays two Tr
 convolution. As onnxruntime does for such providers, the layout-sensitive ops the provider claimed (Conv,
 MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LRN on 4-D tensors) become the same op in the domain
 ``com.ms.internal.nhwc`` (onnxruntime's name): its data input and output are NHWC, its weights and attributes stay
-as ONNX defines them. A Transpose to NHWC goes before each, one back to NCHW after. Then the Transposes are moved
-past the element-wise ops the same provider claimed (unary ones, and binary ones whose other operand is moved the
-same way or is a constant, transposed once here; Concat with every input moved, its axis renumbered), and a
-Transpose followed by its inverse is removed, so a chain of convolutions, activations, residual adds and channel
-concatenations stays in NHWC between its first and last Transpose.
+as ONNX defines them. A Transpose to NHWC goes before each, one back to NCHW after. Then one pass in node order
+keeps the values in NHWC where it can: the provider's element-wise ops (unary ones, and binary ones whose other
+operands have an NHWC form too or are constants, transposed once here) and Concats (axis renumbered) compute in
+NHWC, a Transpose back to NHWC of a value the provider has in NHWC goes, and so does a Transpose nothing reads
+any more, so a chain of convolutions, activations, residual adds and channel concatenations stays in NHWC between
+its first and last Transpose. The pass is linear in the graph's size.
 
 The values other providers read, graph outputs and values nested graphs read keep their NCHW form. QDQ groups
 (a DequantizeLinear feeding the op, or a QuantizeLinear reading it) are left as they are: the provider asked for
@@ -113,143 +114,96 @@ def _perm(node: Node) -> tuple[int, ...] | None:
 
 
 def _tidy(g: Graph, mine: set[int], taken: set[str], new_id) -> int:
-    """Move Transposes below the provider's element-wise ops and drop inverse pairs, until nothing changes;
-    returns how many nodes changed."""
-    changes = 0
-    for _ in range(4 * len(g.nodes) + 8):  # each round moves a Transpose down or removes nodes: bounded
-        protected = protected_names(g)
-        readers = _readers(g)
-        step = (_merge_one(g, mine, protected) or _cancel_one(g, mine, readers, protected)
-                or _sink_one(g, mine, readers, protected, taken, new_id))
-        if not step:
-            break
-        changes += step
-    return changes
-
-
-def _sole_reader(name: str, readers: dict[str, list[Node]], protected: set[str]) -> Node | None:
-    found = readers.get(name, [])
-    return found[0] if len(found) == 1 and name not in protected else None
-
-
-def _cancel_one(g: Graph, mine: set[int], readers: dict[str, list[Node]], protected: set[str]) -> int:
-    """One Transpose read by its inverse: the inverse's readers read the first one's input instead and the inverse
-    goes (the first one too when nothing else reads it); 0 when there is none."""
-    for a in g.nodes:
-        p = _perm(a)
-        if p is None or a.id not in mine:
-            continue
-        after = [b for b in readers.get(a.outputs[0], []) if b.id in mine and _perm(b) == _inverse(p)
-                 and b.outputs[0] not in protected]
-        if not after:
-            continue
-        source = a.inputs[0]
-        gone = {id(b) for b in after}
-        if len(readers[a.outputs[0]]) == len(after) and a.outputs[0] not in protected:
-            gone.add(id(a))
-        renames = {b.outputs[0]: source for b in after}
-        for n in g.nodes:
-            if id(n) not in gone:
-                n.inputs = [renames.get(i, i) for i in n.inputs]
-        g.nodes = [n for n in g.nodes if id(n) not in gone]
-        return len(gone)
-    return 0
-
-
-def _merge_one(g: Graph, mine: set[int], protected: set[str]) -> int:
-    """Two of the provider's Transposes of one value by one perm (two convolutions reading the same input): the
-    second one's readers read the first one's output; 0 when there are none."""
-    seen: dict[tuple[str, tuple[int, ...]], Node] = {}
-    for t in g.nodes:
-        p = _perm(t)
-        if p is None or t.id not in mine:
-            continue
-        first = seen.setdefault((t.inputs[0], p), t)
-        if first is t or t.outputs[0] in protected:
-            continue
-        old, new = t.outputs[0], first.outputs[0]
-        for n in g.nodes:
-            n.inputs = [new if i == old else i for i in n.inputs]
-        g.nodes = [n for n in g.nodes if n is not t]
-        return 1
-    return 0
-
-
-def _inverse(p: tuple[int, ...]) -> tuple[int, ...]:
-    return tuple(int(i) for i in np.argsort(p))
-
-
-def _sink_one(g: Graph, mine: set[int], readers: dict[str, list[Node]], protected: set[str], taken: set[str],
-              new_id) -> int:
-    """Move one Transpose below the element-wise node that alone reads it. A binary node's other operands must
-    come through a Transpose of the same perm (kept where something else reads it) or be constants."""
-    producers = {o: n for n in g.nodes for o in n.outputs if o}
-    for a in g.nodes:
-        p = _perm(a)
-        if p is None or a.id not in mine:
-            continue
-        op = _sole_reader(a.outputs[0], readers, protected)
-        if op is None or op.id not in mine or not is_onnx_domain(op.domain) or len(op.outputs) != 1:
-            continue
-        if op.op_type in UNARY and len([i for i in op.inputs if i]) == 1:
-            sources = {a.outputs[0]: a.inputs[0]}
-        elif op.op_type in BINARY:
-            sources = _operand_sources(g, op, p, producers)
-            if sources is None:
-                continue
-        elif op.op_type == "Concat" and op.attr("axis") is not None:
-            sources = _operand_sources(g, op, p, producers, constants_too=False)
-            if sources is None:
-                continue
-            op.attrs["axis"] = p[int(op.attr("axis")) % len(p)]  # the same axis, counted in the other layout
-        else:
-            continue
-        _sink(g, op, sources, p, readers, protected, taken, new_id)
-        return 1
-    return 0
-
-
-def _operand_sources(g: Graph, op: Node, p: tuple[int, ...], producers: dict[str, Node],
-                     constants_too: bool = True) -> dict[str, str] | None:
-    """For each of ``op``'s operands made by a Transpose of perm ``p``, that Transpose's input; None when another
-    operand is neither that nor (``constants_too``) a constant of at most as many dims."""
-    sources: dict[str, str] = {}
-    constants = g.constant_initializers() if constants_too else {}
-    for name in op.inputs:
-        t = producers.get(name)
-        if t is not None and _perm(t) == p:
-            sources[name] = t.inputs[0]
-        elif name not in constants or constants[name].ndim > len(p):
-            return None
-    return sources
-
-
-def _sink(g: Graph, op: Node, sources: dict[str, str], p: tuple[int, ...], readers: dict[str, list[Node]],
-          protected: set[str], taken: set[str], new_id) -> None:
-    """``op`` reads the Transposes' inputs (constants transposed by the inverse of ``p``) and writes a new value;
-    one Transpose by ``p`` after it writes ``op``'s old output. The Transposes only ``op`` read go."""
+    """One pass in node order, then one sweep: each value the provider has in NHWC is remembered; a Transpose of
+    such a value back to NHWC goes (its readers read the NHWC value), so does a second Transpose of one value by
+    one perm; the provider's element-wise ops and Concats whose operands all have NHWC forms (constants
+    transposed once) compute in NHWC, a Transpose after them giving their NCHW output; the Transposes nothing
+    reads any more go at the end. Linear in the graph's size; returns how many nodes changed."""
+    protected = protected_names(g)
     constants = g.constant_initializers()
-    inputs = []
-    for name in op.inputs:
-        if name in sources:
-            inputs.append(sources[name])
-        else:  # a constant broadcast against the 4-D operands: aligned right, then put in the other layout
-            value = constants[name]
-            full = value.reshape((1,) * (len(p) - value.ndim) + value.shape)
-            moved = fresh_name(g, f"{name}_nhwc", taken)
-            g.initializers[moved] = np.ascontiguousarray(full.transpose(_inverse(p)))
-            inputs.append(moved)
-    out = op.outputs[0]
-    inner = fresh_name(g, f"{out}_nhwc", taken)
-    _retype(g, inner, out, _inverse(p))
-    op.inputs, op.outputs = inputs, [inner]
-    after = Node("Transpose", [inner], [out], {"perm": list(p)}, name=f"{op.name}_transposed", id=new_id())
-    gone = {name for name in sources if _sole_reader(name, readers, protected) is op}
-    nodes = []
-    for n in g.nodes:
-        if n.op_type == "Transpose" and n.outputs and n.outputs[0] in gone and n is not op:
+    nhwc_of: dict[str, str] = {}  # an NCHW value -> the same value in NHWC, where the provider has it
+    done: dict[tuple[str, tuple[int, ...]], str] = {}  # (input, perm) -> output of a Transpose kept
+    moved_constants: dict[str, str] = {}
+    renames: dict[str, str] = {}
+    out: list[Node] = []
+    changes = 0
+    for node in g.nodes:
+        node.inputs = [renames.get(i, i) for i in node.inputs]
+        p = _perm(node) if node.id in mine else None
+        if p is not None:
+            x, y = node.inputs[0], node.outputs[0]
+            twin = done.get((x, p))
+            if p == TO_NHWC and x in nhwc_of and y not in protected:
+                renames[y] = nhwc_of[x]  # back to NHWC: the value it came from
+                changes += 1
+                continue
+            if twin is not None and y not in protected:
+                renames[y] = twin
+                changes += 1
+                continue
+            done[(x, p)] = y
+            if p == TO_NCHW:
+                nhwc_of[y] = x
+            out.append(node)
             continue
-        nodes.append(n)
-        if n is op:
-            nodes.append(after)
-    g.nodes = nodes
+        moved = _channels_last_form(g, node, mine, nhwc_of, constants, moved_constants, taken)
+        if moved is None:
+            out.append(node)
+            continue
+        inputs, axis = moved
+        y = node.outputs[0]
+        inner = fresh_name(g, f"{y}_nhwc", taken)
+        _retype(g, inner, y, TO_NHWC)
+        node.inputs, node.outputs = inputs, [inner]
+        if axis is not None:
+            node.attrs["axis"] = axis
+        back = Node("Transpose", [inner], [y], {"perm": list(TO_NCHW)}, name=f"{node.name}_transposed", id=new_id())
+        done[(inner, TO_NCHW)] = y
+        nhwc_of[y] = inner
+        out += [node, back]
+        changes += 2
+    g.nodes = out
+    return changes + _drop_unread_transposes(g, mine, protected)
+
+
+def _channels_last_form(g: Graph, node: Node, mine: set[int], nhwc_of: dict[str, str], constants: dict,
+                        moved_constants: dict[str, str], taken: set[str]) -> tuple[list[str], int | None] | None:
+    """The NHWC inputs (and Concat's renumbered axis) when ``node`` is the provider's element-wise op or Concat
+    and every operand has an NHWC form or is a constant that broadcasts from the right; else None."""
+    if node.id not in mine or not is_onnx_domain(node.domain) or len(node.outputs) != 1 or node.subgraphs():
+        return None
+    op, data = node.op_type, [i for i in node.inputs if i]
+    if op in UNARY:
+        ok = len(data) == 1 and len(node.inputs) == 1
+    elif op in BINARY or (op == "Concat" and node.attr("axis") is not None):
+        ok = bool(data) and len(data) == len(node.inputs)
+    else:
+        return None
+    if not ok or not any(i in nhwc_of for i in data):
+        return None
+    inputs = []
+    for name in node.inputs:
+        if name in nhwc_of:
+            inputs.append(nhwc_of[name])
+        elif op != "Concat" and name in constants and constants[name].ndim <= len(TO_NHWC):
+            if name not in moved_constants:
+                value = constants[name]
+                full = value.reshape((1,) * (len(TO_NHWC) - value.ndim) + value.shape)
+                moved_constants[name] = fresh_name(g, f"{name}_nhwc", taken)
+                g.initializers[moved_constants[name]] = np.ascontiguousarray(full.transpose(TO_NHWC))
+            inputs.append(moved_constants[name])
+        else:
+            return None
+    axis = TO_NCHW[int(node.attr("axis")) % len(TO_NCHW)] if op == "Concat" else None
+    return inputs, axis
+
+
+def _drop_unread_transposes(g: Graph, mine: set[int], protected: set[str]) -> int:
+    """The provider's Transposes whose output nothing reads any more (the pass left them behind)."""
+    read = {i for n in g.nodes for i in n.inputs if i}
+    dead = [n for n in g.nodes if n.id in mine and _perm(n) is not None and n.outputs[0] not in read
+            and n.outputs[0] not in protected]
+    if dead:
+        gone = {id(n) for n in dead}
+        g.nodes = [n for n in g.nodes if id(n) not in gone]
+    return len(dead)
