@@ -18,8 +18,9 @@ from .conftest import load_fake_plugin, make_model
 NAME = "ChannelsLastExecutionProvider"
 pytestmark = pytest.mark.filterwarnings("ignore:provider assignment")
 
-# Claims Conv, the pools, Relu, Add, Mul, Concat, Transpose (and the channels-last forms); "decline" lists op types it
-# leaves to the CPU provider, "hand_back" makes compile hand every subgraph back, "layout" is what it prefers.
+# Claims Conv, the pools, BatchNormalization, Relu, Add, Mul, Concat, Transpose (and the channels-last forms);
+# "decline" lists op types it leaves to the CPU provider, "hand_back" makes compile hand every subgraph back,
+# "layout" is what it prefers.
 CHANNELS_LAST_SRC = """
     from ort_core.plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, UnsupportedSubgraph, hookimpl
     from ort_core.providers.cpu import registry
@@ -27,7 +28,8 @@ CHANNELS_LAST_SRC = """
     NAME = "ChannelsLastExecutionProvider"
     INFO = ProviderInfo(NAME, description="test", version="0.0.1",
                         options={"decline": "", "hand_back": "0", "layout": "NHWC"})
-    OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Transpose", "Concat"}
+    OPS = {"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Transpose", "Concat",
+           "BatchNormalization"}
     EVENTS = []
 
 
@@ -201,3 +203,21 @@ def test_a_long_chain_keeps_two_transposes():
     ops = [(n.domain, n.op_type) for n in model.graph.nodes]
     assert ops.count(("", "Transpose")) == 2 and ops.count((NHWC_DOMAIN, "Conv")) == 500
     assert ops[0] == ("", "Transpose") and ops[-1] == ("", "Transpose")
+
+
+def test_batch_normalization_before_a_convolution_stays_channels_last(channels_last):
+    """DenseNet's BatchNormalization -> Relu -> Conv (a normalization the optimizer cannot fold into a preceding
+    convolution): all three channels-last between one Transpose in and one out."""
+    stats = [numpy_helper.from_array(v.astype(np.float32), n) for n, v in
+             (("sc", rng.uniform(0.5, 2, 3)), ("bi", rng.standard_normal(3)), ("mu", rng.standard_normal(3)),
+              ("va", rng.uniform(0.5, 2, 3)))]
+    nodes = [helper.make_node("BatchNormalization", ["x", "sc", "bi", "mu", "va"], ["n"]),
+             helper.make_node("Relu", ["n"], ["r"]),
+             helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1])]
+    model = make_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 12, 12])],
+                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 4, 12, 12])],
+                       [*stats, _w("w", 4, 3, 3, 3)])
+    _both(model)
+    (compiled,) = channels_last.EVENTS
+    assert compiled == [("", "Transpose"), (NHWC_DOMAIN, "BatchNormalization"), ("", "Relu"), (NHWC_DOMAIN, "Conv"),
+                        ("", "Transpose")], compiled

@@ -2,14 +2,15 @@
 
 Hardware that computes in NHWC (Qualcomm's HTP, most NPUs) otherwise pays two Transposes around every
 convolution. As onnxruntime does for such providers, the layout-sensitive ops the provider claimed (Conv,
-MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LRN on 4-D tensors) become the same op in the domain
-``com.ms.internal.nhwc`` (onnxruntime's name): its data input and output are NHWC, its weights and attributes stay
-as ONNX defines them. A Transpose to NHWC goes before each, one back to NCHW after. Then one pass in node order
-keeps the values in NHWC where it can: the provider's element-wise ops (unary ones, and binary ones whose other
-operands have an NHWC form too or are constants, transposed once here) and Concats (axis renumbered) compute in
-NHWC, a Transpose back to NHWC of a value the provider has in NHWC goes, and so does a Transpose nothing reads
-any more, so a chain of convolutions, activations, residual adds and channel concatenations stays in NHWC between
-its first and last Transpose. The pass is linear in the graph's size.
+MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool, LRN and inference BatchNormalization on 4-D tensors)
+become the same op in the domain ``com.ms.internal.nhwc`` (onnxruntime's name): its data input and output are
+NHWC, its weights and attributes stay as ONNX defines them. A Transpose to NHWC goes before each, one back to
+NCHW after. Then one pass in node order keeps the values in NHWC where it can: the provider's element-wise ops
+(unary ones, and binary ones whose other operands have an NHWC form too or are constants, transposed once here)
+and Concats (axis renumbered) compute in NHWC, a Transpose back to NHWC of a value the provider has in NHWC goes,
+and so does a Transpose nothing reads any more, so a chain of convolutions, normalizations, activations,
+residual adds and channel concatenations stays in NHWC between its first and last Transpose. The pass is linear
+in the graph's size.
 
 The values other providers read, graph outputs and values nested graphs read keep their NCHW form. QDQ groups
 (a DequantizeLinear feeding the op, or a QuantizeLinear reading it) are left as they are: the provider asked for
@@ -25,7 +26,8 @@ from ..ir.types import ValueType
 from .rewrite import fresh_name, protected_names, taken_names
 
 NHWC_DOMAIN = "com.ms.internal.nhwc"
-CHANNELS_FIRST_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN"})
+CHANNELS_FIRST_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool", "LRN",
+                                "BatchNormalization"})
 TO_NHWC, TO_NCHW = (0, 2, 3, 1), (0, 3, 1, 2)
 ADDED_SUFFIXES = ("_to_nhwc", "_to_nchw", "_transposed")  # the names of the Transposes this rewrite adds end so
 UNARY = frozenset({"Relu", "Sigmoid", "Tanh", "LeakyRelu", "Elu", "Selu", "HardSigmoid", "HardSwish", "Softplus",

@@ -57,11 +57,11 @@ class Preferences:
     them in ``constants`` only, not in ``inputs``: the core keeps no copy for it and feeds none at run time
     (the default: weights are inputs, copied once to its device at session creation).
     ``layout``: "NHWC" for a provider that computes channels-last: the layout-sensitive ops it claims (Conv, the
-    pools, LRN on 4-D tensors) reach its ``compile`` as the same ops of domain ``com.ms.internal.nhwc`` (onnxruntime's
-    name), data input and output NHWC, weights and attributes as ONNX has them, with Transposes between the layouts
-    that cancel where its nodes meet (``optimizer/layout.py``; done after partitioning, before its ``transform``, at
-    every optimization level). Such a provider must take Transpose. "NCHW" (the default): the ops as the model has
-    them.
+    pools, LRN, inference BatchNormalization on 4-D tensors) reach its ``compile`` as the same ops of domain
+    ``com.ms.internal.nhwc`` (onnxruntime's name), data input and output NHWC, weights and attributes as ONNX has
+    them, with Transposes between the layouts that cancel where its nodes meet (``optimizer/layout.py``; done after
+    partitioning, before its ``transform``, at every optimization level). Such a provider must take Transpose.
+    "NCHW" (the default): the ops as the model has them.
     ``fused_ops``: the fused ops of ort-core's optimizer it runs, as "domain::op_type". At level extended and
     up the core then fuses those patterns before partitioning, so its ``get_capability`` sees one fused node
     where the model has a chain; a provider declaring none sees the standard ops, and may still fuse the

@@ -22,7 +22,7 @@ from .emitter import NCHW_TO_NHWC, NHWC_TO_NCHW, Emitter, Values
 from .graph import Scalar, TensorParam
 from .runtime import QnnError
 
-NHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN"})
+NHWC_OPS = frozenset({"Conv", "MaxPool", "AveragePool", "GlobalAveragePool", "LRN", "BatchNormalization"})
 """The channels-last ops (domain com.ms.internal.nhwc) this provider lowers."""
 
 
@@ -438,7 +438,10 @@ def _emit_batchnorm(node: Any, em: Emitter) -> None:
     a = scale / np.sqrt(var + float(node.attr("epsilon", 1e-5)))
     b = bias - mean * a
     shape = em.values.shape(node.inputs[0])
-    per_channel = (1, shape[1]) + (1,) * (len(shape) - 2)
+    if node.domain == NHWC_DOMAIN:  # channels last
+        per_channel = (1,) * (len(shape) - 1) + (shape[-1],)
+    else:
+        per_channel = (1, shape[1]) + (1,) * (len(shape) - 2)
     scaled = em.temp("BatchNorm_scaled", shape)
     em.op("ElementWiseMultiply", [em.read(node.inputs[0]), em.static(a.reshape(per_channel), "BatchNorm_a")],
           [scaled], hint="BatchNorm")
