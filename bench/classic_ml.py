@@ -24,7 +24,6 @@ import ort_core  # before numpy, as bench_latency does
 # isort: on
 import argparse
 import os
-import platform
 import statistics
 import sys
 import time
@@ -274,7 +273,7 @@ def main() -> None:
     meta = (f"ort-core {ort_core.__version__}, onnxruntime {ort.__version__}"
             f"{' on ' + str(args.ort_threads) + ' thread(s)' if args.ort_threads else ''}"
             f"{', both on ' + str(args.threads) + ' thread(s)' if args.threads else ''}, "
-            f"{platform.machine()} {os.cpu_count()} cores, median of up to {args.runs} runs"
+            f"{measure.machine()}, median of up to {args.runs} runs"
             f"{', tree strategy ' + args.strategy if args.strategy else ''}")
     print(meta, flush=True)
     rows, info = [], {}

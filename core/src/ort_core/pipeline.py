@@ -98,7 +98,9 @@ def _transform(model: Any, part, where: Placement) -> int:
         if not claimed:
             continue
         count = to_channels_last(model, claimed) if name in where.channels_last else 0
-        count += where.instances[name].transform(TransformView(model, claimed | _new_ids(model, part)))
+        if count:  # the Transposes the layout rewrite added are this provider's too
+            claimed |= _new_ids(model, part)
+        count += where.instances[name].transform(TransformView(model, claimed))
         part.transformed[name] = part.transformed.get(name, 0) + count
         if count:
             for node in model.graph.nodes:

@@ -47,8 +47,7 @@ def to_channels_last(model: Model, claimed: frozenset[int] | set[int]) -> int:
         mine.add(ids[0])
         return ids[0]
 
-    producers = {o: n for n in g.nodes for o in n.outputs if o}
-    readers = _readers(g)
+    producers, readers = g.producers(), g.consumers()
     taken = taken_names(g)
     out, rewritten = [], 0
     for node in g.nodes:
@@ -70,15 +69,6 @@ def to_channels_last(model: Model, claimed: frozenset[int] | set[int]) -> int:
     # the domain's ops are ONNX's: their opset is the model's ONNX opset (onnxruntime versions them so too)
     model.opset_imports.setdefault(NHWC_DOMAIN, model.opset_imports.get("", model.opset_imports.get("ai.onnx", 1)))
     return 3 * rewritten + _tidy(g, mine, taken, new_id)
-
-
-def _readers(g: Graph) -> dict[str, list[Node]]:
-    found: dict[str, list[Node]] = {}
-    for n in g.nodes:
-        for i in dict.fromkeys(n.inputs):
-            if i:
-                found.setdefault(i, []).append(n)
-    return found
 
 
 def _rank4(g: Graph, name: str) -> bool:

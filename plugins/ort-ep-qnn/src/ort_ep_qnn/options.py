@@ -30,8 +30,8 @@ def default_cache_dir() -> str:
 
 HTP_ARCHS = (0, 68, 69, 73, 75, 79, 81)  # QnnHtpDevice_Arch_t's values (0: the backend's default)
 DEFAULTS = {"backend_type": "htp", "backend_path": "", "soc_model": "0", "htp_arch": "0",
-            "htp_performance_mode": "default",
-            "enable_htp_fp16_precision": "0", "profiling_level": "off", "cache_dir": "(default)", "context_cache": "0"}
+            "htp_performance_mode": "default", "enable_htp_fp16_precision": "0", "profiling_level": "off",
+            "cache_dir": "(default)", "context_cache": "0"}
 """Accepted names and their defaults. ``cache_dir`` '(default)' stands for ``default_cache_dir()``; an empty
 string keeps probe verdicts in memory only. ``context_cache`` '1' keeps every compiled QNN context in
 ``cache_dir`` too, so that a later session with the same subgraph, options, SoC and QNN build loads it instead of

@@ -313,10 +313,13 @@ def _variadic_factory(fn):
         def kernel(*inputs):
             if len(inputs) > 1:
                 shape = getattr(inputs[0], "shape", None)
-                for x in inputs:  # inputs of one shape (the usual case) make a result no larger than one of them
-                    if getattr(x, "shape", None) != shape or shape is None:
-                        check_broadcast(label, *inputs)
-                        break
+                if shape is None:
+                    check_broadcast(label, *inputs)
+                else:
+                    for x in inputs:  # inputs of one shape (the usual case) make a result no larger than each
+                        if getattr(x, "shape", None) != shape:
+                            check_broadcast(label, *inputs)
+                            break
             return (run(inputs),)
         return kernel
     return factory

@@ -9,7 +9,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
-from ....optimizer.layout import CHANNELS_FIRST_OPS, NHWC_DOMAIN
+from ....optimizer.layout import CHANNELS_FIRST_OPS, NHWC_DOMAIN, TO_NCHW, TO_NHWC
 from .. import registry
 
 
@@ -21,8 +21,8 @@ def _channels_last(node: Node, opset: int, graph=None):
     inner = found.build(base, opset, graph)
 
     def kernel(x, *rest):
-        y = inner(np.ascontiguousarray(x.transpose(0, 3, 1, 2)), *rest)
-        return (np.ascontiguousarray(y[0].transpose(0, 2, 3, 1)), *y[1:])
+        y = inner(np.ascontiguousarray(x.transpose(TO_NCHW)), *rest)
+        return (np.ascontiguousarray(y[0].transpose(TO_NHWC)), *y[1:])
     return kernel
 
 

@@ -13,9 +13,9 @@ import numpy as np
 from ....errors import KernelError
 from ....ir.graph import Node
 from ..registry import register
+from .fused import DOMAIN as FUSED_DOMAIN  # ort-core's own fused ops (optimizer/ml_fusion.py makes the two here)
 
 ML = "ai.onnx.ml"
-FUSED_DOMAIN = "ort_core"  # ort-core's own fused ops (optimizer/ml_fusion.py makes the two here)
 TRANSFORMS = ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO", "PROBIT")
 
 
@@ -94,8 +94,8 @@ def transform_name(node: Node, value) -> str:
 # Shared helpers
 # --------------------------------------------------------------------------------------------
 
-def as_rows(node: Node, x: np.ndarray, features: int | None = None) -> np.ndarray:
-    """[N, F] float32 view of a [F] or [N, F] numeric input (onnxruntime computes in float)."""
+def as_rows(node: Node, x: np.ndarray, features: int | None = None, dtype=np.float32) -> np.ndarray:
+    """[N, F] view of a [F] or [N, F] numeric input, as ``dtype`` (float32: onnxruntime computes in float)."""
     if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub":
         raise KernelError(f"{node.label}: input must be a numeric tensor, got "
                           f"{getattr(x, 'dtype', type(x).__name__)}")
@@ -104,7 +104,7 @@ def as_rows(node: Node, x: np.ndarray, features: int | None = None) -> np.ndarra
     rows = x.reshape(1, -1) if x.ndim == 1 else x
     if features is not None and rows.shape[1] != features:
         raise KernelError(f"{node.label}: input has {rows.shape[1]} features, the model expects {features}")
-    return rows.astype(np.float32, copy=False)
+    return rows.astype(dtype, copy=False)
 
 
 def class_labels(node: Node) -> tuple[np.ndarray | None, bool]:
@@ -233,14 +233,7 @@ def _affine_scores(node: Node, x, m, b) -> np.ndarray:
     if not isinstance(m, np.ndarray) or m.ndim != 2 or not isinstance(b, np.ndarray) or b.shape != (m.shape[1],):
         raise KernelError(f"{node.label}: inputs 1 and 2 must be a [features, columns] matrix and its [columns] "
                           "offsets")
-    if not isinstance(x, np.ndarray) or x.dtype.kind not in "fiub":
-        raise KernelError(f"{node.label}: input must be a numeric tensor, got {getattr(x, 'dtype', type(x).__name__)}")
-    if x.ndim not in (1, 2):
-        raise KernelError(f"{node.label}: input must be 1-D or 2-D, got shape {list(x.shape)}")
-    rows = x.reshape(1, -1) if x.ndim == 1 else x
-    if rows.shape[1] != m.shape[0]:
-        raise KernelError(f"{node.label}: input has {rows.shape[1]} features, the model expects {m.shape[0]}")
-    scores = np.dot(rows.astype(np.float64, copy=False), m)
+    scores = np.dot(as_rows(node, x, m.shape[0], np.float64), m)
     scores += b
     return scores.astype(np.float32)
 
