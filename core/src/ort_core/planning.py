@@ -5,6 +5,9 @@ synchronization at run()'s end.
 Decides nothing about placement (the partitioner's job) and runs nothing (plan.py walks the steps).
 Every copy goes through a provider's data transfer: on the consumer's stream when the transfer can
 copy asynchronously (``copy_into``), followed by a synchronization when a host kernel reads the result.
+Host values going up to such a stream pass through the provider's pinned staging memory when it offers
+some (``staging_allocator``), so that the copy is asynchronous from the caller's pageable arrays too; the
+staged buffer is held until run()'s closing synchronization.
 """
 
 from __future__ import annotations
@@ -98,6 +101,7 @@ class _Streams:
         self.b, self.instances, self.memory, self.graph = b, instances, memory, graph
         self.slots: dict[str, int] = {}
         self.written_on: dict[int, int | None] = {}  # value slot -> stream slot of the work writing it
+        self.staged: list[int] = []  # slots of pinned staging buffers, held until the closing synchronization
         for name in sorted(used):
             ep = instances[name]
             if ep.asynchronous:
@@ -139,15 +143,23 @@ class _Streams:
             b.add(_copy_to_host(t, staging), (src_slot, producer), (dst_slot,), text, copy=True, stream=producer)
             self.written_on[dst_slot] = None
             return dst_slot
-        allocator = self._owner(device).allocator(device)  # the reader is on a stream: the copy goes there
+        owner = self._owner(device)
+        allocator = owner.allocator(device)  # the reader is on a stream: the copy goes there
         typed = _typed_outputs(self.graph, [name])[0]
         target, arena = self.memory.target(name, device, consumer, allocator, typed)
         extra = () if arena is None else (arena,)
+        staging = owner.staging_allocator() if src == HOST and consumer is not None else None
+        outs: tuple[int, ...] = (dst_slot,)
         if producer is not None and producer != consumer:  # another stream wrote it: an event first
             copy, ins = _copy_after(t, allocator, target), (src_slot, producer, consumer, *extra)
+        elif staging is not None:  # pageable host memory: through pinned staging, held until the run's end
+            outs = (dst_slot, b.plan.slot(f"\0staged {name} for {device}", HOST))
+            self.staged.append(outs[1])
+            copy, ins = _staged_copy_on(t, allocator, target, staging), (src_slot, consumer, *extra)
+            text = f"copy of '{name}' {src} -> {device} through {staging.device}"
         else:
             copy, ins = _copy_on(t, allocator, target), (src_slot, consumer, *extra)
-        b.add(copy, ins, (dst_slot,), text, copy=True, stream=consumer)
+        b.add(copy, ins, outs, text, copy=True, stream=consumer)
         self.written_on[dst_slot] = consumer
         return dst_slot
 
@@ -170,8 +182,8 @@ class _Streams:
     def finish(self) -> None:
         """run() synchronizes every stream at its end: device values it hands out are complete."""
         if self.slots:
-            slots = tuple(self.slots.values())
-            self.b.add(_finish_streams, slots, (), SYNC_LABEL)
+            slots, n = (*self.slots.values(), *self.staged), len(self.slots)
+            self.b.add(lambda *xs: _finish_streams(*xs[:n]), slots, (), SYNC_LABEL)
 
 
 def _finish_streams(*streams) -> tuple:
@@ -221,6 +233,23 @@ def _copy_on(t, allocator, target) -> Callable:
         out = _like(allocator, target, value, memory, stream)
         t.copy_into(value, out, stream)
         return (out,)
+
+    return copy
+
+
+def _staged_copy_on(t, allocator, target, staging) -> Callable:
+    """Copy a host value into a staging buffer, then from there on ``stream``; the buffer is the second result,
+    so that the plan holds it until the copy is certainly done."""
+    def copy(value, stream, memory=None):
+        if not isinstance(value, np.ndarray) or value.dtype.hasobject:  # strings, sequences: copied as they are
+            out = _like(allocator, target, value, memory, stream)
+            t.copy_into(value, out, stream)
+            return (out, None)
+        staged = host_array(staging.allocate(value.nbytes), value.shape, value.dtype)
+        np.copyto(staged, value)
+        out = _like(allocator, target, staged, memory, stream)
+        t.copy_into(staged, out, stream)
+        return (out, staged)
 
     return copy
 

@@ -291,7 +291,8 @@ def test_values_the_cpu_reads_inside_the_run_are_staged_in_the_providers_pinned_
     before = memory.STAGING.stats()
     (y,) = sess.run(None, _feeds())
     after = memory.STAGING.stats()
-    assert after["hits"] + after["misses"] - before["hits"] - before["misses"] == 3
+    # three down (e0, e1, e2 for the Softmax nodes) and three up (x, s0, s1 for the Exp nodes)
+    assert after["hits"] + after["misses"] - before["hits"] - before["misses"] == 6
     assert _block_of(y) is None  # the caller's result is ordinary memory
     np.testing.assert_allclose(y, _session(model, (CPU,)).run(None, _feeds())[0], rtol=1e-6)
     vi = helper.make_tensor_value_info
@@ -302,5 +303,34 @@ def test_values_the_cpu_reads_inside_the_run_are_staged_in_the_providers_pinned_
     before = memory.STAGING.stats()
     (y,) = _session(out.SerializeToString()).run(None, _feeds())
     after = memory.STAGING.stats()
-    assert after["hits"] + after["misses"] == before["hits"] + before["misses"]  # a graph output: not staged
+    assert after["hits"] + after["misses"] == before["hits"] + before["misses"] + 1  # x, going up; y is not staged
+    assert _block_of(y) is None
     np.testing.assert_allclose(y, np.exp(_feeds()["x"]), rtol=1e-6)
+
+
+def test_host_values_go_up_through_pinned_staging_held_until_the_runs_synchronization(monkeypatch):
+    """Feeds and CPU results copied up to the device pass through the provider's staging memory (pinned on a real
+    device, so that the copy is asynchronous), and each staged buffer lives until run()'s closing synchronization:
+    the copy on the stream may still be reading it until then."""
+    from ort_core.profiling import SYNC_LABEL
+
+    model = _chain(2)  # x and s0 go up to the Exp nodes
+    sess = _session(model)
+    steps = sess._plan.steps
+    ups = [k for k, st in enumerate(steps) if st.label.endswith(f"through {memory.STAGING.device}")]
+    assert [steps[k].label.split("'")[1] for k in ups] == ["x", "s0"]
+    sync = next(k for k, st in enumerate(steps) if st.label == SYNC_LABEL)
+    for k in ups:
+        staged = steps[k].outs[1]
+        released_at = [j for j, st in enumerate(steps) if staged in st.release]
+        assert released_at == [sync], (steps[k].label, released_at)
+    sizes = []
+    real = memory.StagingArena.allocate
+    monkeypatch.setattr(memory.StagingArena, "allocate", lambda self, n: sizes.append(n) or real(self, n))
+    x = np.asfortranarray(_feeds()["x"])  # a strided feed: staged contiguous
+    (y,) = sess.run(None, {"x": x})
+    assert sizes == [4 * 64 * 4] * 4  # x up, e0 down, s0 up, e1 down
+    np.testing.assert_allclose(y, _session(model, (CPU,)).run(None, {"x": x})[0], rtol=1e-6)
+    for _ in range(3):  # staged buffers go back to the pool after each run
+        sess.run(None, {"x": x})
+    assert memory.STAGING.stats()["cached_bytes"] > 0

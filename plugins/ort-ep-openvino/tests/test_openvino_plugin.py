@@ -7,7 +7,9 @@ certifies it broadly.
 
 from __future__ import annotations
 
+import gc
 import warnings
+import weakref
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -79,7 +81,7 @@ def test_discovered_through_entry_point_and_available():
     assert entry.info.devices == (HOST,)
     assert runtime.runtime().version in entry.info.description
     assert NAME in ort.get_available_providers()
-    assert "CPU" in runtime.core().available_devices()
+    assert "CPU" in runtime.Core(runtime.runtime()).available_devices()
 
 
 # -------------------------------------------------------------------------------- options
@@ -112,7 +114,9 @@ def test_absent_device_declines_every_node_with_the_reason():
         warnings.simplefilter("always")
         sess = ort.InferenceSession(model.SerializeToString(), providers=[(NAME, {"device_type": "NPU.7"})])
     assert all(p == CPU for p, _ in placement(sess))
-    assert plugin.device_reason(parse({"device_type": "NPU.7"})).startswith("OpenVINO device NPU.7 is not available")
+    core = runtime.Core(runtime.runtime())
+    assert plugin.device_reason(parse({"device_type": "NPU.7"}), core).startswith(
+        "OpenVINO device NPU.7 is not available")
     assert any("OpenVINOExecutionProvider: 0/" in str(m.message) for m in w)
     assert "OpenVINO device NPU.7 is not available here (available: CPU" in sess.explain()
 
@@ -122,14 +126,15 @@ def test_default_precision_is_f32_and_bf16_is_an_opt_in():
                        [helper.make_tensor_value_info(n, F32, [32, 32]) for n in "ab"],
                        [helper.make_tensor_value_info("y", F32, [32, 32])])
     data = model.SerializeToString()
-    compiled = runtime.compile_bytes(data, "CPU", parse({}).compile_properties())
+    core = runtime.Core(runtime.runtime())
+    compiled = runtime.compile_bytes(core, data, "CPU", parse({}).compile_properties())
     assert compiled.get_property("INFERENCE_PRECISION_HINT") == "f32"
-    caps = runtime.core().get_property("CPU", "OPTIMIZATION_CAPABILITIES").split()
+    caps = core.get_property("CPU", "OPTIMIZATION_CAPABILITIES").split()
     if "BF16" in caps:
-        compiled = runtime.compile_bytes(data, "CPU", parse({"precision": "BF16"}).compile_properties())
+        compiled = runtime.compile_bytes(core, data, "CPU", parse({"precision": "BF16"}).compile_properties())
         assert compiled.get_property("INFERENCE_PRECISION_HINT") == "bf16"
     if "FP16" not in caps:
-        assert "precision FP16 is not supported" in plugin.device_reason(parse({"precision": "FP16"}))
+        assert "precision FP16 is not supported" in plugin.device_reason(parse({"precision": "FP16"}), core)
 
 
 # --------------------------------------------------------------------- results and placement
@@ -227,22 +232,57 @@ def test_declines_come_with_reasons_for_dtype_rules():
     assert s.tolist() == (2 * big).tolist() and shp.tolist() == [2, 5] and rd.tolist() == [1e-300, 0.0]
 
 
-def test_probe_results_are_cached_per_signature_and_kept_in_cache_dir(tmp_path, monkeypatch):
-    for attr in ("_results", "_loaded", "_dirty"):  # the process-wide cache is as it was after this test
-        monkeypatch.setattr(capability.PROBES, attr, type(getattr(capability.PROBES, attr))(
-            getattr(capability.PROBES, attr)))
+def test_probe_verdicts_belong_to_the_session_and_outlive_it_in_the_cache_folder(tmp_path, monkeypatch):
+    probed = []
+    real = capability.probe_model
+    monkeypatch.setattr(capability, "probe_model", lambda node, *a: probed.append(node.op_type) or real(node, *a))
     node = helper.make_node("Elu", ["x"], ["y"], alpha=0.731)
     model = make_model([node], [helper.make_tensor_value_info("x", F32, ["N", 7])],
                        [helper.make_tensor_value_info("y", F32, ["N", 7])])
-    opts = {"cache_dir": str(tmp_path)}
-    session(model, providers=[(NAME, opts)])
-    n = len(capability.PROBES)
-    for _ in range(3):  # the same signature never probes again
-        session(model, providers=[(NAME, opts)])
-    assert len(capability.PROBES) == n
-    files = list(tmp_path.glob("ort-ep-openvino-probes-*.json"))
-    assert files and "Elu" in files[0].read_text()
-    assert list(tmp_path.glob("*.blob"))  # OpenVINO's compiled-model cache
-    capability.PROBES.clear()  # a new process: the verdicts come back from the file, not a probe
-    capability.PROBES.load(str(tmp_path), capability.probe_tag())
-    assert any("'Elu'" in k for k in capability.PROBES.keys())
+    x = np.linspace(-2, 2, 14, dtype=np.float32).reshape(2, 7)
+    want = np.where(x > 0, x, 0.731 * (np.exp(x) - 1))
+
+    monkeypatch.setenv("ORT_EP_OPENVINO_CACHE_DIR", "")  # no folder: each session probes for itself
+    for _ in range(2):
+        sess = session(model)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5)
+    assert probed == ["Elu", "Elu"]
+
+    probed.clear()
+    monkeypatch.setenv("ORT_EP_OPENVINO_CACHE_DIR", str(tmp_path / "verdicts"))  # the default folder
+    first = session(model)
+    assert probed == ["Elu"]
+    files = list((tmp_path / "verdicts").glob("ort-ep-openvino-probes-*.json"))
+    assert len(files) == 1 and "Elu" in files[0].read_text()
+    for _ in range(2):  # later sessions (as a later process would) read the verdict instead of probing
+        session(model)
+    assert probed == ["Elu"]
+
+    opts = {"cache_dir": str(tmp_path / "given")}  # cache_dir: verdicts beside OpenVINO's compiled models
+    np.testing.assert_allclose(session(model, providers=[(NAME, opts)]).run(None, {"x": x})[0], want, rtol=1e-5)
+    assert list((tmp_path / "given").glob("ort-ep-openvino-probes-*.json"))
+    assert list((tmp_path / "given").glob("*.blob"))  # OpenVINO's compiled-model cache
+    assert probed == ["Elu", "Elu"]
+
+    ep = first._instances[NAME].ep  # the instance owns its core and verdicts; both go with the session
+    assert isinstance(ep.core, runtime.Core) and len(ep.prober.verdicts) >= 1
+    other = session(model)
+    assert ep.core is not other._instances[NAME].ep.core
+    gone = weakref.ref(ep)
+    del first, ep
+    gc.collect()
+    assert gone() is None
+
+
+def test_sessions_saving_verdicts_to_one_folder_keep_each_others(tmp_path):
+    folder = str(tmp_path)
+    a, b = capability.VerdictCache("t"), capability.VerdictCache("t")
+    a.load(folder, "tag")
+    b.load(folder, "tag")
+    a.put("one", "")
+    b.put("two", "no")
+    a.save(folder, "tag")
+    b.save(folder, "tag")  # written after a's save: keeps a's verdict too
+    c = capability.VerdictCache("t")
+    c.load(folder, "tag")
+    assert sorted(c.keys()) == ["one", "two"] and c.get("two") == "no"

@@ -513,13 +513,19 @@ def scenario_probe_cache(args):
     node = helper.make_node("Sigmoid", ["x"], ["y"])
     model = make_model([node], [vi("x", [3, 11])], [vi("y", [3, 11])])
     opts = {"cache_dir": folder}
-    session(model, [(NAME, opts), CPU])
-    n = len(capability.PROBES)
-    for _ in range(3):
-        session(model, [(NAME, opts), CPU])
+    with Counting(capability.Prober, "finalize") as probes:
+        first = session(model, [(NAME, opts), CPU])
+        n = probes.calls
+        for _ in range(3):  # later sessions read the verdicts the first one saved
+            session(model, [(NAME, opts), CPU])
+        more = probes.calls
+        for _ in range(2):  # without a folder, each session probes for itself: the verdicts are the session's
+            session(model, [(NAME, {"cache_dir": ""}), CPU])
+        alone = probes.calls - more
     files = [f for f in os.listdir(folder) if f.startswith("ort-ep-qnn-probes-")]
     saved = json.load(open(os.path.join(folder, files[0]), encoding="utf-8")) if files else {}
-    return {"probes_after_first": n, "probes_after_more": len(capability.PROBES), "files": files,
+    return {"probes_after_first": n, "probes_after_more": more, "probes_without_folder": alone,
+            "verdicts_of_first": len(first._instances[NAME].ep.prober.verdicts), "files": files,
             "has_sigmoid": any("Sigmoid" in k for k in saved.get("results", {})), "tag": saved.get("tag", "")}
 
 
@@ -528,8 +534,8 @@ def scenario_probe_cache_reuse(args):
     from ort_ep_qnn import capability
 
     calls = []
-    original = capability.PROBER.finalize
-    capability.PROBER.finalize = lambda *a, **k: calls.append(a[0].op_type) or original(*a, **k)
+    original = capability.Prober.finalize
+    capability.Prober.finalize = lambda self, *a, **k: calls.append(a[0].op_type) or original(self, *a, **k)
     node = helper.make_node("Sigmoid", ["x"], ["y"])
     model = make_model([node], [vi("x", [3, 11])], [vi("y", [3, 11])])
     sess = session(model, [(NAME, {"cache_dir": args["folder"]}), CPU])
@@ -779,12 +785,12 @@ def scenario_epcontext(args):
             sess = ort.InferenceSession(path, so, providers=[NAME, CPU])
             compiled_s = time.perf_counter() - t0
             t0 = time.perf_counter()
-            ort.InferenceSession(path, providers=[NAME, CPU])  # probe verdicts in memory by now
+            ort.InferenceSession(path, providers=[NAME, CPU])  # compiled again (no cache folder: probed again too)
             recompiled_s = time.perf_counter() - t0
         want = sess.run(None, feed)[0]
         cpu = session(model, [CPU]).run(None, feed)[0]
         ctx_path = os.path.join(folder, f"{name}_ctx.onnx")
-        with Counting(kernel, "_build") as builds, Counting(capability.PROBER, "finalize") as probes, \
+        with Counting(kernel, "_build") as builds, Counting(capability.Prober, "finalize") as probes, \
                 warnings.catch_warnings():
             warnings.simplefilter("ignore")
             t0 = time.perf_counter()

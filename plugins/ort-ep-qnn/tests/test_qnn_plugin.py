@@ -217,9 +217,11 @@ def test_unverified_api_version_is_refused_naming_both_versions():
         assert "is QNN's GPU backend" in r["gpu"] and "drives only the HTP backend" in r["gpu"]
 
 
-def test_probe_verdicts_are_cached_in_memory_and_on_disk(tmp_path):
+def test_probe_verdicts_belong_to_the_session_and_are_kept_on_disk(tmp_path):
     r = child("probe_cache", {"folder": str(tmp_path)})
+    assert r["probes_after_first"] >= 1 and r["verdicts_of_first"] >= 1
     assert r["probes_after_first"] == r["probes_after_more"]  # the same signature never probes again
+    assert r["probes_without_folder"] == 2 * r["probes_after_first"]  # the verdicts belong to the session
     assert len(r["files"]) == 1 and r["has_sigmoid"]
     assert "v2.51" in r["tag"] and "soc=0" in r["tag"]
     again = child("probe_cache_reuse", {"folder": str(tmp_path)})  # a fresh process reads the file

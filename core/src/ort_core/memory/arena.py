@@ -84,11 +84,16 @@ class HostArena:
             else:
                 self.misses += 1
         if raw is None:
-            raw = np.empty(cls + self.alignment, dtype=np.uint8)
+            raw = self._raw(cls + self.alignment)
         block = _Block(raw, cls, nbytes, self.alignment)
         block.finalizer = weakref.finalize(block, self._returned.append, (raw, cls))
         block.finalizer.atexit = False
         return np.asarray(block)
+
+    def _raw(self, nbytes: int) -> np.ndarray:
+        """A new uint8 array of ``nbytes`` that blocks are cut from; subclasses draw it from elsewhere (page-locked
+        memory), keeping whatever frees it alive as the array's base."""
+        return np.empty(nbytes, dtype=np.uint8)
 
     def address(self, buffer: np.ndarray) -> int:
         """The address of a buffer's first byte."""

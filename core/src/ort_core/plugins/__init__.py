@@ -28,11 +28,11 @@ from .types import (
     constant_node_value,
     constant_node_values,
 )
-from .verdicts import VerdictCache, canonical
+from .verdicts import VerdictCache, canonical, user_cache_dir
 
 __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", "FusedSubgraph", "GraphView",
            "KernelContext", "LoadOnce", "Preferences", "ProviderInfo", "SavedContext", "SessionContext",
            "SharedContext", "TransformView",
            "UnsupportedSubgraph", "VerdictCache", "canonical", "constant_node_value", "constant_node_values",
            "context_blob", "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain",
-           "provider_hooks"]
+           "provider_hooks", "user_cache_dir"]

@@ -311,9 +311,11 @@ class ExecutionProvider:
 
     def staging_allocator(self) -> Allocator | None:
         """An allocator of page-locked host memory (its ``device``: type "cpu", memory "host_pinned"), pooled,
-        for the host side of this provider's asynchronous copies to the host: values the host reads inside a
-        run (a CPU kernel's input) are then copied there, which a device can do asynchronously. None (the
-        default): plain host memory. Values handed to the caller never live in it."""
+        for the host side of this provider's asynchronous copies: values the host reads inside a run (a CPU
+        kernel's input) are copied down into it, and host values going up to this provider's stream (feeds, CPU
+        results) are first copied into it, then up; each such buffer is held until run()'s closing
+        synchronization. None (the default): plain host memory both ways. Values handed to the caller never live
+        in it."""
         return None
 
     # ----------------------------------------------------------------- lifecycle

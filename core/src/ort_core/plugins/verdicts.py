@@ -3,6 +3,10 @@ signature ("" for yes, else the reason), in memory and, when the plugin has a ca
 file per folder and tag (the tag names what the verdicts depend on: the vendor build, the device model,
 the plugin's version), so that a later process does not probe again. Thread-safe; a file that cannot be
 read or written only costs probes.
+
+A provider instance owns its VerdictCache (per session, released with it); what outlives a session is the
+file, which ``save`` merges with what other sessions or processes wrote meanwhile. ``user_cache_dir`` is the
+conventional default folder for such files.
 """
 
 from __future__ import annotations
@@ -62,15 +66,10 @@ class VerdictCache:
         with self._lock:
             if path in self._loaded:
                 return
-        try:
-            with open(path, encoding="utf-8") as f:
-                saved = json.load(f)
-            results = saved.get("results", {}) if saved.get("tag") == tag else {}
-        except (OSError, ValueError, AttributeError):
-            results = {}
+        results = _read(path, tag)
         with self._lock:
             for k, v in results.items():
-                self._results.setdefault(k, str(v))
+                self._results.setdefault(k, v)
             self._loaded.add(path)
 
     def save(self, folder: str, tag: str) -> None:
@@ -82,8 +81,30 @@ class VerdictCache:
             if path not in self._dirty:
                 return
             self._dirty.discard(path)
-            data = {"tag": tag, "results": dict(self._results)}
-        write_atomically(path, json.dumps(data).encode())
+            results = dict(self._results)
+        saved = _read(path, tag)  # verdicts other sessions saved since this one loaded the file are kept
+        write_atomically(path, json.dumps({"tag": tag, "results": {**saved, **results}}).encode())
+
+
+def _read(path: str, tag: str) -> dict[str, str]:
+    """The verdicts saved in ``path`` under ``tag``; {} when the file is absent, unreadable or of another tag."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            saved = json.load(f)
+        results = saved.get("results", {}) if saved.get("tag") == tag else {}
+        return {str(k): str(v) for k, v in results.items()}
+    except (OSError, ValueError, AttributeError):
+        return {}
+
+
+def user_cache_dir(name: str, env: str) -> str:
+    """A plugin's default cache folder: ``$<env>`` when set ('' keeps nothing on disk), else
+    ``$XDG_CACHE_HOME/<name>``, else ``~/.cache/<name>``."""
+    explicit = os.environ.get(env)
+    if explicit is not None:
+        return explicit
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, name)
 
 
 def write_atomically(path: str, data: bytes) -> None:

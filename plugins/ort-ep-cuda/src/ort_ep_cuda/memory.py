@@ -4,6 +4,8 @@
 stream, or on its own one when none is given; kept cached by a release threshold, so freed memory is reused
 without going back to the driver) and counts bytes against ``gpu_mem_limit``; it falls back to cudaMalloc
 where pools are unsupported.
+``PinnedArena`` pools page-locked host buffers (cudaMallocHost): the provider's staging allocator, through which
+the core copies host values up to the device and device values down for CPU kernels, asynchronously.
 ``CudaDataTransfer`` copies host <-> device and device <-> device with cudaMemcpyAsync on the run's stream
 (``copy_into``) or on its own stream, complete on return (``copy``). Written for a GPU: nothing here runs
 without one.
@@ -18,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from ort_core.memory import Device, DeviceTensor
+from ort_core.memory.arena import HostArena
 
 from . import cuda_api as api
 from .runtime import CudaError, Runtime, runtime
@@ -156,6 +159,25 @@ def allocator_for(device_id: int, limit: int = 2**64 - 1, use_pool: bool = True)
         if key not in _allocators:
             _allocators[key] = CudaAllocator(runtime(), device_id, limit, use_pool)
         return _allocators[key]
+
+
+class PinnedArena(HostArena):
+    """Page-locked host buffers from cudaMallocHost, pooled by size class as the host arena pools (at most
+    ``max_cached_bytes`` of free blocks kept); a block leaving the pool goes back through cudaFreeHost once nothing
+    views it. The host side of asynchronous copies: the staging allocator of one provider instance."""
+
+    device = Device("cpu", 0, memory="host_pinned")
+
+    def __init__(self, rt: Runtime, max_cached_bytes: int = 64 << 20) -> None:
+        super().__init__(max_cached_bytes)
+        self._rt = rt
+
+    def _raw(self, nbytes: int) -> np.ndarray:
+        rt = self._rt
+        out = rt.ffi.new("void **")
+        rt.check_cuda(f"cudaMallocHost({nbytes} bytes)", rt.cudart.cudaMallocHost(out, nbytes))
+        ptr = rt.ffi.gc(out[0], rt.cudart.cudaFreeHost, size=nbytes)
+        return np.frombuffer(rt.ffi.buffer(ptr, nbytes), dtype=np.uint8)  # the buffer keeps ``ptr`` alive
 
 
 def _is_cuda(device: Device) -> bool:

@@ -7,8 +7,9 @@ accepts both) into ``Options``; a bad value is a ValueError naming the option an
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
+
+from ort_core.plugins import user_cache_dir
 
 CONV_ALGO_SEARCH = ("EXHAUSTIVE", "HEURISTIC", "DEFAULT")
 
@@ -30,11 +31,7 @@ CACHE_DIR_ENV = "ORT_EP_CUDA_CACHE_DIR"
 def default_cache_dir() -> str:
     """Where compiled kernels are kept: $ORT_EP_CUDA_CACHE_DIR ('' keeps none), else $XDG_CACHE_HOME/ort-ep-cuda,
     else ~/.cache/ort-ep-cuda."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit is not None:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ort-ep-cuda")
+    return user_cache_dir("ort-ep-cuda", CACHE_DIR_ENV)
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from . import __version__
 from . import runtime as rt
 from .capability import unsupported_reason
 from .kernels import plan_subgraph
-from .memory import CudaAllocator, CudaDataTransfer, cuda_device
+from .memory import CudaAllocator, CudaDataTransfer, PinnedArena, cuda_device
 from .nvrtc import KernelCache
 from .options import DEFAULTS, default_cache_dir, parse
 from .stream import CudaStream, StreamPool
@@ -55,6 +55,7 @@ class CudaProvider(ExecutionProvider):
         # its own allocator, so gpu_mem_limit bounds this session (the device's memory pool beneath is shared)
         self._allocator = CudaAllocator(self.rt, opts.device_id, opts.gpu_mem_limit, self.gpu.memory_pools)
         self._transfer = CudaDataTransfer(self.rt, opts.device_id, self.gpu.memory_pools)
+        self._staging = PinnedArena(self.rt)
         self._streams = StreamPool(self.rt, self.device)
         self._executor = None
         self._lock = threading.Lock()
@@ -96,6 +97,10 @@ class CudaProvider(ExecutionProvider):
     def data_transfer(self):
         return self._transfer
 
+    def staging_allocator(self):
+        """Pinned host memory, so that copies between the run's pageable host values and the GPU are asynchronous."""
+        return self._staging
+
     def close(self) -> None:
         with self._lock:
             executor, self._executor = self._executor, None
@@ -103,6 +108,7 @@ class CudaProvider(ExecutionProvider):
         if executor is not None:
             executor.close()
         self._streams.clear()
+        self._staging.trim()  # blocks still viewed go back through cudaFreeHost when their last view does
 
 
 ort_register_providers, ort_create_provider = provider_hooks(_info, CudaProvider)

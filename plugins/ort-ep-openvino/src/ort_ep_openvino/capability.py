@@ -1,7 +1,8 @@
 """Which nodes OpenVINO can take: its ONNX frontend's op table, element-type rules, probes.
 
 A node must be in the table, pass the rules (what OpenVINO computes differently from ONNX) and
-compile as a one-node model (a probe, cached per signature); running nodes is not done here.
+compile as a one-node model (a probe, cached per signature by the provider instance's ``Prober``);
+running nodes is not done here.
 """
 
 from __future__ import annotations
@@ -426,24 +427,51 @@ def probe_tag() -> str:
     return f"{rt.runtime().build} {__version__}"
 
 
-PROBES = VerdictCache("ort-ep-openvino")
+class Prober:
+    """A provider instance's probes: the OpenVINO core they compile on, the device, and the verdicts already
+    known (this session's, and those its cache folder holds from earlier sessions and processes)."""
 
+    def __init__(self, core: rt.Core, device: str, folder: str) -> None:
+        self.core, self.device, self.folder = core, device, folder
+        self.verdicts = VerdictCache("ort-ep-openvino")
+        self.tag = probe_tag()
+        self.verdicts.load(folder, self.tag)
 
-def probe_reason(node: Any, ctx: Context, device: str) -> str | None:
-    """None when a one-node model of ``node`` reads and compiles on ``device``, else why not.
+    def save(self) -> None:
+        """Keep the verdicts found since loading in the cache folder (none: memory only)."""
+        self.verdicts.save(self.folder, self.tag)
 
-    First tried with every input dimension dynamic (one probe serves every shape of that rank);
-    when that fails, with the node's static shapes.
-    """
-    why = _probe(node, ctx, device, dynamic=True)
-    if why is None:
-        return None
-    if _has_static_shapes(node, ctx):
-        static_why = _probe(node, ctx, device, dynamic=False)
-        if static_why is None:
+    def reason(self, node: Any, ctx: Context) -> str | None:
+        """None when a one-node model of ``node`` reads and compiles on the device, else why not.
+
+        First tried with every input dimension dynamic (one probe serves every shape of that rank);
+        when that fails, with the node's static shapes.
+        """
+        why = self._probe(node, ctx, dynamic=True)
+        if why is None:
             return None
-        why = static_why
-    return f"OpenVINO cannot convert or compile it: {why}"
+        if _has_static_shapes(node, ctx):
+            static_why = self._probe(node, ctx, dynamic=False)
+            if static_why is None:
+                return None
+            why = static_why
+        return f"OpenVINO cannot convert or compile it: {why}"
+
+    def _probe(self, node: Any, ctx: Context, dynamic: bool) -> str | None:
+        key = signature(node, ctx, self.device, dynamic)
+        cached = self.verdicts.get(key)
+        if cached is None:
+            try:
+                model = probe_model(node, ctx, dynamic)
+                rt.compile_bytes(self.core, model.SerializeToString(), self.device,
+                                 {"INFERENCE_PRECISION_HINT": "f32"} if self.device == "CPU" else {})
+                cached = ""
+            except rt.OpenVINOError as e:
+                cached = str(e)
+            except Exception as e:  # noqa: BLE001 - a probe that cannot even be built declines the node
+                cached = f"{type(e).__name__}: {e}"
+            self.verdicts.put(key, cached)
+        return cached or None
 
 
 def _has_static_shapes(node: Any, ctx: Context) -> bool:
@@ -452,23 +480,6 @@ def _has_static_shapes(node: Any, ctx: Context) -> bool:
         if t is not None and t.shape is not None and any(isinstance(d, int) for d in t.shape):
             return True
     return False
-
-
-def _probe(node: Any, ctx: Context, device: str, dynamic: bool) -> str | None:
-    key = signature(node, ctx, device, dynamic)
-    cached = PROBES.get(key)
-    if cached is None:
-        try:
-            model = probe_model(node, ctx, dynamic)
-            rt.compile_bytes(model.SerializeToString(), device,
-                          {"INFERENCE_PRECISION_HINT": "f32"} if device == "CPU" else {})
-            cached = ""
-        except rt.OpenVINOError as e:
-            cached = str(e)
-        except Exception as e:  # noqa: BLE001 - a probe that cannot even be built declines the node
-            cached = f"{type(e).__name__}: {e}"
-        PROBES.put(key, cached)
-    return cached or None
 
 
 def signature(node: Any, ctx: Context, device: str, dynamic: bool) -> str:
@@ -517,9 +528,9 @@ def probe_model(node: Any, ctx: Context, dynamic: bool) -> onnx.ModelProto:
     return model
 
 
-def unsupported_reason(node: Any, ctx: Context, device: str) -> str | None:
+def unsupported_reason(node: Any, ctx: Context, prober: Prober) -> str | None:
     """The single rule shared by capability and compile: None when OpenVINO takes ``node``."""
     why = static_reason(node, ctx)
     if why is not None:
         return why
-    return probe_reason(node, ctx, device)
+    return prober.reason(node, ctx)

@@ -44,7 +44,7 @@ class RequestPool:
 class CompiledSubgraph:
     """The kernel: ``kernel(*inputs)`` -> one numpy array per subgraph output."""
 
-    def __init__(self, subgraph: FusedSubgraph, options: Options) -> None:
+    def __init__(self, subgraph: FusedSubgraph, options: Options, core: rt.Core) -> None:
         self.name = subgraph.name
         # values of Constant nodes outside the subgraph are as fixed as initializers: baked in
         # too, so that OpenVINO sees them as constants (a runtime axes input has no static rank)
@@ -57,7 +57,7 @@ class CompiledSubgraph:
         proto = subgraph.to_model_proto()
         if options.enable_qdq_optimizer:
             dequantize_transposed_weights(proto)
-        compiled = rt.compile_bytes(proto.SerializeToString(), options.device_type, options.compile_properties())
+        compiled = rt.compile_bytes(core, proto.SerializeToString(), options.device_type, options.compile_properties())
         self.pool = RequestPool(compiled)
         fixed = set(subgraph.constants)
         feedable = [k for k, name in enumerate(subgraph.inputs) if name not in fixed]
@@ -143,5 +143,5 @@ def _match(ov_names: list[str], names: list[str], positions, what: str, reverse:
     return out
 
 
-def compile_subgraph(subgraph: FusedSubgraph, options: Options) -> CompiledSubgraph:
-    return CompiledSubgraph(subgraph, options)
+def compile_subgraph(subgraph: FusedSubgraph, options: Options, core: rt.Core) -> CompiledSubgraph:
+    return CompiledSubgraph(subgraph, options, core)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ort_core.plugins import user_cache_dir
+
 DEVICE_TYPES = ("CPU", "GPU", "NPU", "AUTO", "HETERO", "MULTI")
 PRECISIONS = {
     # option value -> OpenVINO compile properties
@@ -22,7 +24,15 @@ PRECISIONS = {
 PRECISION_CAPABILITY = {"BF16": "BF16", "FP16": "FP16"}
 DEFAULTS = {"device_type": "CPU", "precision": "FP32", "num_of_threads": 0, "num_streams": 0, "cache_dir": "",
             "enable_qdq_optimizer": False}
+VERDICT_DIR_ENV = "ORT_EP_OPENVINO_CACHE_DIR"
 FLAGS = {"true": True, "1": True, "false": False, "0": False}
+
+
+def verdict_dir() -> str:
+    """Where probe verdicts are kept when ``cache_dir`` is not given (``cache_dir`` holds them beside OpenVINO's
+    compiled models): $ORT_EP_OPENVINO_CACHE_DIR ('' keeps them in memory, for the session only), else
+    $XDG_CACHE_HOME/ort-ep-openvino, else ~/.cache/ort-ep-openvino."""
+    return user_cache_dir("ort-ep-openvino", VERDICT_DIR_ENV)
 
 
 @dataclass(frozen=True)

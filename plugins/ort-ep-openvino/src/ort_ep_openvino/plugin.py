@@ -8,15 +8,16 @@ built from ``runtime``, ``options``, ``capability`` and ``kernel``; values stay 
 from __future__ import annotations
 
 import dataclasses
+import threading
 
 from ort_core.memory import HOST
 from ort_core.plugins import Capability, ExecutionProvider, Preferences, ProviderInfo, provider_hooks
 
 from . import __version__
 from . import runtime as rt
-from .capability import PROBES, Context, probe_tag, unsupported_reason
+from .capability import Context, Prober, unsupported_reason
 from .kernel import compile_subgraph
-from .options import DEFAULTS, PRECISION_CAPABILITY, Options, parse
+from .options import DEFAULTS, PRECISION_CAPABILITY, Options, parse, verdict_dir
 
 NAME = "OpenVINOExecutionProvider"
 
@@ -34,9 +35,9 @@ def _info() -> ProviderInfo:
 
 class OpenVINOProvider(ExecutionProvider):
     """One session's OpenVINO provider: its parsed options (a bad value is refused when the session is
-    made). Values stay in host memory. The OpenVINO core and the probe verdicts are process-wide: the
-    loaded library's state, and a memo of what this OpenVINO build compiles (keyed by the build), not
-    per-session state."""
+    made), its own OpenVINO core (made on first use) and its probe verdicts, both released with the
+    session. Values stay in host memory. The verdicts outlive the session only in their cache folder
+    (``cache_dir``, else ``verdict_dir()``), so a later session or process does not probe again."""
 
     def __init__(self, info: ProviderInfo, options=None, session=None) -> None:
         super().__init__(info, options, session)
@@ -44,6 +45,25 @@ class OpenVINOProvider(ExecutionProvider):
         budget = getattr(self.session, "intra_op_num_threads", 0)
         if budget and not self.opts.num_of_threads:  # the session's thread budget, unless our option says
             self.opts = dataclasses.replace(self.opts, num_of_threads=budget)
+        self._core: rt.Core | None = None
+        self._prober: Prober | None = None
+        self._lock = threading.Lock()
+
+    @property
+    def core(self) -> rt.Core:
+        """This provider's ov_core_t (RuntimeUnavailable or OpenVINOError when OpenVINO cannot make one)."""
+        with self._lock:
+            if self._core is None:
+                self._core = rt.Core(rt.runtime())
+            return self._core
+
+    @property
+    def prober(self) -> Prober:
+        core = self.core
+        with self._lock:
+            if self._prober is None:
+                self._prober = Prober(core, probe_device(self.opts), self.opts.cache_dir or verdict_dir())
+            return self._prober
 
     def preferences(self) -> Preferences:
         # with enable_qdq_optimizer, quantized weights stay DequantizeLinear(int8 constant): OpenVINO's
@@ -51,30 +71,33 @@ class OpenVINOProvider(ExecutionProvider):
         return Preferences(keep_qdq=self.opts.enable_qdq_optimizer)
 
     def get_capability(self, graph):
-        opts = self.opts
         nodes = graph.nodes()
-        device_problem = device_reason(opts)
+        device_problem = self.device_reason()
         if device_problem:
             # every node gets the reason; the session falls back to the next provider for all of them
             return Capability.from_reasons(nodes, lambda node: device_problem)
-        PROBES.load(opts.cache_dir, probe_tag())
-        ctx, device = Context.of_view(graph, opts.enable_qdq_optimizer), probe_device(opts)
-        capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, device))
-        if opts.cache_dir:
-            PROBES.save(opts.cache_dir, probe_tag())
+        ctx, prober = Context.of_view(graph, self.opts.enable_qdq_optimizer), self.prober
+        capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, prober))
+        prober.save()
         return capability
 
     def compile_subgraph(self, subgraph):
-        opts = self.opts
-        problem = device_reason(opts)
+        problem = self.device_reason()
         if problem:
             raise RuntimeError(problem)
-        ctx, device = Context.of_subgraph(subgraph, opts.enable_qdq_optimizer), probe_device(opts)
+        ctx, prober = Context.of_subgraph(subgraph, self.opts.enable_qdq_optimizer), self.prober
         for node in subgraph.nodes:  # the same rule as capability (cached), so the two never disagree
-            why = unsupported_reason(node, ctx, device)
+            why = unsupported_reason(node, ctx, prober)
             if why is not None:
                 raise ValueError(f"{node.label}: {why}")
-        return compile_subgraph(subgraph, opts)
+        return compile_subgraph(subgraph, self.opts, self.core)
+
+    def device_reason(self) -> str:
+        """Why the requested device cannot be used here (absent, or the precision unsupported), or ""."""
+        try:
+            return device_reason(self.opts, self.core)
+        except (rt.RuntimeUnavailable, rt.OpenVINOError) as e:
+            return str(e)
 
 
 def probe_device(opts: Options) -> str:
@@ -84,13 +107,10 @@ def probe_device(opts: Options) -> str:
     return devices[0] if devices else "CPU"
 
 
-def device_reason(opts: Options) -> str:
-    """Why the requested device cannot be used here (absent, or the precision unsupported), or ""."""
-    try:
-        core = rt.core()
-        available = core.available_devices()
-    except (rt.RuntimeUnavailable, rt.OpenVINOError) as e:
-        return str(e)
+def device_reason(opts: Options, core: rt.Core) -> str:
+    """Why the device ``opts`` names cannot be used through ``core`` (absent, or the precision unsupported),
+    or ""."""
+    available = core.available_devices()
     for dev in opts.devices:
         if not _present(dev, available):
             return f"OpenVINO device {dev} is not available here (available: {', '.join(available) or 'none'})"

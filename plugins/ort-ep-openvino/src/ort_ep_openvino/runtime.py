@@ -139,6 +139,9 @@ class Runtime:
 
     def __init__(self, ffi: cffi.FFI, lib: Any, library: str) -> None:
         self.ffi, self.lib, self.library = ffi, lib, library
+        # ov_get_last_err_msg is one process-wide string: reading and compiling one model at a time, across
+        # every core, keeps the message we report the one our call produced (compiles use every CPU anyway)
+        self.lock = threading.RLock()
         v = ffi.new("ov_version_t *")
         self.check(lib.ov_get_openvino_version(v), "ov_get_openvino_version")
         self.build = ffi.string(v.buildNumber).decode()
@@ -205,26 +208,12 @@ def load_runtime(library: str | None = None) -> Runtime:
 
 runtime: LoadOnce[Runtime] = LoadOnce(load_runtime, RuntimeUnavailable)
 """``runtime()``: the process-wide runtime, loaded once; raises RuntimeUnavailable when it cannot be."""
-_core: Core | None = None
-_lock = threading.Lock()
-
-
-def core() -> Core:
-    """The process-wide ov::Core (thread-safe in OpenVINO); created on first use."""
-    global _core
-    if _core is not None:
-        return _core
-    rt = runtime()
-    with _lock:
-        if _core is None:
-            _core = Core(rt)
-        return _core
 
 
 def unavailable_reason() -> str:
     """Why OpenVINO cannot run here (library missing, no CPU device), or "" when it can."""
     try:
-        devices = core().available_devices()
+        devices = Core(runtime()).available_devices()  # a core of its own: providers own theirs
     except (RuntimeUnavailable, OpenVINOError) as e:
         return str(e)
     if not devices:
@@ -233,7 +222,8 @@ def unavailable_reason() -> str:
 
 
 class Core:
-    """An ov_core_t: device queries, reading ONNX bytes into a model, compiling it for a device."""
+    """An ov_core_t: device queries, reading ONNX bytes into a model, compiling it for a device. Each provider
+    instance makes its own and frees it with its session; a compiled model keeps the core it came from alive."""
 
     def __init__(self, rt: Runtime) -> None:
         self.rt = rt
@@ -241,9 +231,7 @@ class Core:
         rt.check(rt.lib.ov_core_create(out), "ov_core_create")
         self.ptr = rt.ffi.gc(out[0], rt.lib.ov_core_free)
         self._devices: list[str] | None = None
-        # ov_get_last_err_msg is one process-wide string: reading and compiling one model at a time
-        # keeps the message we report the one our call produced (compiles use every core anyway)
-        self.compile_lock = threading.RLock()
+        self.compile_lock = rt.lock
 
     def available_devices(self) -> list[str]:
         if self._devices is None:
@@ -286,14 +274,14 @@ class Core:
         with self.compile_lock:
             self.rt.check(lib.ov_core_compile_model(self.ptr, model, device.encode(), len(args), out, *args),
                           f"ov_core_compile_model({device})")
-        return CompiledModel(self.rt, ffi.gc(out[0], lib.ov_compiled_model_free))
+        return CompiledModel(self, ffi.gc(out[0], lib.ov_compiled_model_free))
 
 
 class CompiledModel:
     """An ov_compiled_model_t: makes infer requests and answers property queries."""
 
-    def __init__(self, rt: Runtime, ptr: Any) -> None:
-        self.rt, self.ptr = rt, ptr
+    def __init__(self, core: Core, ptr: Any) -> None:
+        self.core, self.rt, self.ptr = core, core.rt, ptr  # the core outlives the models it compiled
 
     def create_infer_request(self) -> InferRequest:
         out = self.rt.ffi.new("ov_infer_request_t **")
@@ -400,10 +388,9 @@ class InferRequest:
             lib.ov_tensor_free(t)
 
 
-def compile_bytes(onnx_bytes: bytes, device: str, properties: dict[str, str]) -> CompiledModel:
-    """Read and compile ONNX bytes. OpenVINO's CPU plugin sometimes fails to generate a fused
+def compile_bytes(c: Core, onnx_bytes: bytes, device: str, properties: dict[str, str]) -> CompiledModel:
+    """Read and compile ONNX bytes on core ``c``. OpenVINO's CPU plugin sometimes fails to generate a fused
     "snippet" kernel (e.g. "not enough registers"); the model then compiles without snippets."""
-    c = core()
     model = c.read_model(onnx_bytes)
     try:
         return c.compile_model(model, device, properties)

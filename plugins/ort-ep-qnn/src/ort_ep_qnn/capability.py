@@ -2,8 +2,9 @@
 
 A node must be in the default domain, float32 with static shapes, pass its lowering rule, and its one-node
 QNN graph (built by the same rule) must finalize on the backend: ``backendValidateOpConfig`` accepts configs
-that later fail to finalize, so the probe finalizes. Verdicts are cached per signature in memory and, with a
-cache folder, on disk per QNN build, SoC model and precision. Running nodes is not done here.
+that later fail to finalize, so the probe finalizes. Verdicts are cached per signature by the provider instance's
+``Prober`` and, with a cache folder, on disk per QNN build, SoC model and precision, where later sessions find
+them. Running nodes is not done here.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def static_reason(node: Any, values: Values) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------- probes
-PROBES = VerdictCache("ort-ep-qnn")  # probe verdicts, per QNN build, SoC model, precision and plugin version
+_PROBING = threading.Lock()  # the backend builds one probe graph at a time, whichever session asks
 
 
 def _rules_digest() -> str:
@@ -145,15 +146,32 @@ def signature(node: Any, values: Values, tag: str, extra: Any = None) -> str:
 
 
 class Prober:
-    """One-node graphs in a context of their own (replaced every ``PER_CONTEXT`` probes, so that probe graphs
-    do not pile up), serialized: probing is process-wide state of the backend."""
+    """A provider instance's probes: one-node graphs finalized in a context of its own (replaced every
+    ``PER_CONTEXT`` probes, so that probe graphs do not pile up; closed with the session), and the verdicts
+    known (this session's, and those the cache folder holds from earlier sessions and processes, keyed by
+    ``tag``). Probing is serialized across sessions: the backend builds one probe graph at a time."""
 
     PER_CONTEXT = 64
 
-    def __init__(self) -> None:
+    def __init__(self, folder: str = "", tag: str = "") -> None:
+        self.folder, self.tag = folder, tag
+        self.verdicts = VerdictCache("ort-ep-qnn")
+        self.verdicts.load(folder, tag)
         self._contexts: dict[tuple[str, Target], Context] = {}
-        self._lock = threading.Lock()
         self._count = 0
+
+    def save(self) -> None:
+        """Keep the verdicts found since loading in the cache folder (none: memory only)."""
+        self.verdicts.save(self.folder, self.tag)
+
+    def verdict(self, key: str, node: Any, values: Values, backend: Backend, target: Target, precision: int,
+                group: tuple[list[Any], list[Any]] | None = None) -> str:
+        """The verdict for signature ``key``: known, or found by finalizing ``node`` (see ``finalize``)."""
+        verdict = self.verdicts.get(key)
+        if verdict is None:
+            verdict = self.finalize(node, values, backend, target, precision, group)
+            self.verdicts.put(key, verdict)
+        return verdict
 
     def _context(self, backend: Backend, target: Target) -> Context:
         key = (backend.path, target)
@@ -169,7 +187,7 @@ class Prober:
                  group: tuple[list[Any], list[Any]] | None = None) -> str:
         """"" when a one-node graph of ``node`` finalizes, else QNN's reason. With ``group`` (its
         DequantizeLinear and QuantizeLinear nodes), the node is built on quantized tensors, as in a model."""
-        with self._lock:
+        with _PROBING:
             self._count += 1
             ctx = self._context(backend, target)
             try:
@@ -188,27 +206,28 @@ class Prober:
                 return str(e)
 
     def close(self) -> None:
-        with self._lock:
+        with _PROBING:
             for ctx in self._contexts.values():
                 ctx.close()
             self._contexts.clear()
 
 
-PROBER = Prober()
 
 
-def unsupported_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
+def unsupported_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int,
+                       prober: Prober) -> str | None:
     """The rule shared by capability and compile: None when QNN takes ``node`` (a QDQ group's op on quantized
     tensors when it can, else on float ones). A channels-last node (the core makes them of the Conv, pool and LRN
     nodes this provider claimed, for its NHWC preference) is taken as its standard form was."""
     if node.domain == NHWC_DOMAIN:
         return None if node.op_type in NHWC_OPS else f"{NHWC_DOMAIN}::{node.op_type} is not mapped to QNN"
-    if quantized_reason(node, values, backend, target, precision) is None:
+    if quantized_reason(node, values, backend, target, precision, prober) is None:
         return None
-    return float_reason(node, values, backend, target, precision)
+    return float_reason(node, values, backend, target, precision, prober)
 
 
-def float_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
+def float_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int,
+                 prober: Prober) -> str | None:
     """None when QNN takes ``node`` as it stands (float ops, or a lone QuantizeLinear / DequantizeLinear)."""
     why = static_reason(node, values)
     if why is not None:
@@ -217,14 +236,12 @@ def float_reason(node: Any, values: Values, backend: Backend, target: Target, pr
         return None  # no QNN op: the weight is baked where it is read, or returned as the constant it is
     tag = probe_tag(backend, target, precision)
     key = signature(node, values, tag)
-    verdict = PROBES.get(key)
-    if verdict is None:
-        verdict = PROBER.finalize(node, values, backend, target, precision)
-        PROBES.put(key, verdict)
+    verdict = prober.verdict(key, node, values, backend, target, precision)
     return f"the QNN HTP backend does not finalize it: {verdict}" if verdict else None
 
 
-def quantized_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int) -> str | None:
+def quantized_reason(node: Any, values: Values, backend: Backend, target: Target, precision: int,
+                     prober: Prober) -> str | None:
     """None when ``node`` is a QDQ group's op (DequantizeLinear -> op -> QuantizeLinear) that QNN runs on its
     fixed-point tensors; else why not."""
     index = values.qdq
@@ -239,9 +256,6 @@ def quantized_reason(node: Any, values: Values, backend: Backend, target: Target
                    for n in node.inputs if n in index.dq),
              tuple(index.q[o][1].qnn_type for o in node.outputs if o))
     key = signature(node, values, probe_tag(backend, target, precision), ("quantized", kinds))
-    verdict = PROBES.get(key)
-    if verdict is None:
-        live = [d for d in dqs if d.outputs[0] not in index.constant_sources]
-        verdict = PROBER.finalize(node, values, backend, target, precision, (live, qs))
-        PROBES.put(key, verdict)
+    live = [d for d in dqs if d.outputs[0] not in index.constant_sources]
+    verdict = prober.verdict(key, node, values, backend, target, precision, (live, qs))
     return f"on quantized tensors, the QNN HTP backend does not finalize it: {verdict}" if verdict else None

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ort_core.plugins import user_cache_dir
+
 from . import qnn_api as q
 from .runtime import Target
 
@@ -21,11 +23,7 @@ CACHE_DIR_ENV = "ORT_EP_QNN_CACHE_DIR"
 
 def default_cache_dir() -> str:
     """$ORT_EP_QNN_CACHE_DIR, else $XDG_CACHE_HOME/ort-ep-qnn, else ~/.cache/ort-ep-qnn."""
-    explicit = os.environ.get(CACHE_DIR_ENV)
-    if explicit is not None:
-        return explicit
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "ort-ep-qnn")
+    return user_cache_dir("ort-ep-qnn", CACHE_DIR_ENV)
 
 
 HTP_ARCHS = (0, 68, 69, 73, 75, 79, 81)  # QnnHtpDevice_Arch_t's values (0: the backend's default)

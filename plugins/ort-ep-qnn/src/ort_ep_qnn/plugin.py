@@ -30,7 +30,7 @@ from ort_core.plugins.provider import SharedContext
 from . import __version__, power
 from . import qnn_api as q
 from . import runtime as rt
-from .capability import PROBES, probe_tag, quantized_reason, unsupported_reason, values_of_subgraph, values_of_view
+from .capability import Prober, probe_tag, quantized_reason, unsupported_reason, values_of_subgraph, values_of_view
 from .contexts import LoadedContexts, context_reason, is_qnn_context_node, load_contexts
 from .graph import GraphBuilder
 from .kernel import CompiledSubgraph, ContextMismatch, Stage, build_stages, loaded_stages
@@ -98,8 +98,10 @@ class QNNProvider(ExecutionProvider):
             path = self.opts.backend_path
             self.problem = text if not path or text.startswith("backend_path") else f"backend_path={path!r}: {text}"
         self.power_vote: power.PowerVote | None = None  # htp_performance_mode's vote, withdrawn by close
+        self.prober = Prober()  # this session's probes and verdicts (with the backend: those of the cache folder too)
         if self.backend is not None:
             self._check_precision(self.backend)
+            self.prober = Prober(self.opts.cache_dir, self.tag)
             self.power_vote = power.cast(self.backend, self.opts.htp_performance_mode)
         self._context: rt.Context | None = None
         self._lock = threading.Lock()
@@ -146,17 +148,16 @@ class QNNProvider(ExecutionProvider):
         nodes = graph.nodes()
         if self.problem:
             return Capability.from_reasons(nodes, lambda node: self.problem)
-        opts, backend = self.opts, self.backend
-        PROBES.load(opts.cache_dir, self.tag)
+        opts, backend, prober = self.opts, self.backend, self.prober
         values = values_of_view(graph)
 
         def reason(node):  # QNN's own EPContext nodes (this provider's or onnxruntime's) load without compiling
             if is_qnn_context_node(node):
                 return context_reason(node)
-            return unsupported_reason(node, values, backend, opts.target, opts.precision)
+            return unsupported_reason(node, values, backend, opts.target, opts.precision, prober)
 
         capability = Capability.from_reasons(nodes, reason)
-        PROBES.save(opts.cache_dir, self.tag)
+        prober.save()
         return capability
 
     def _session_context(self) -> rt.Context:
@@ -221,7 +222,7 @@ class QNNProvider(ExecutionProvider):
         has_contexts = any(is_qnn_context_node(n) for n in sub.nodes)
         why = next((w for n in sub.nodes if not is_qnn_context_node(n)
                     and (w := unsupported_reason(n, values, self.backend, self.opts.target,
-                                                 self.opts.precision))), None)
+                                                 self.opts.precision, self.prober))), None)
         if why is not None:
             return UnsupportedSubgraph(why)
         shared = share and not has_contexts
@@ -297,8 +298,8 @@ class QNNProvider(ExecutionProvider):
         nodes = list(sub.nodes)
 
         opts, backend = self.opts, self.backend
-        plan = make_plan(nodes, values.qdq, lambda n: quantized_reason(n, values, backend, opts.target,
-                                                                        opts.precision) is None, DATA_INPUTS)
+        plan = make_plan(nodes, values.qdq, lambda n: quantized_reason(n, values, backend, opts.target, opts.precision,
+                                                                        self.prober) is None, DATA_INPUTS)
         if plan.quantized:
             log.info("%s: %d op(s) on quantized tensors: %s", sub.name, len(plan.quantized),
                      ", ".join(n.op_type for n in nodes if n.id in plan.quantized))
@@ -369,6 +370,7 @@ class QNNProvider(ExecutionProvider):
             ctx.close()
         for contexts in loaded:
             contexts.close()
+        self.prober.close()
 
 
 class _Unshareable(Exception):
