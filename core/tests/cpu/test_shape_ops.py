@@ -7,7 +7,7 @@ import pytest
 
 from ort_core.errors import KernelError
 
-from .kernel_harness import check, run_ours
+from .kernel_harness import check, check_onnxruntime, run_ours
 
 rng = np.random.default_rng(1)
 
@@ -370,7 +370,13 @@ def test_slice_random_against_reference(seed):
     starts = r.integers(-9, 9, n)
     ends = r.integers(-9, 9, n)
     steps = r.choice([-3, -2, -1, 1, 2, 3], n)
-    check("Slice", [x, starts, ends, axes, steps], opset=13)
+    dims = [x.shape[a] for a in axes]
+    if any(st < 0 and s + d < 0 for s, st, d in zip(starts, steps, dims)):
+        # a backward start before the first element: the spec (and onnxruntime) clamp it to 0, the reference
+        # evaluator's numpy slice reads nothing (test_slice_bounds.py covers this corner)
+        check_onnxruntime("Slice", [x, starts, ends, axes, steps], opset=13, domain="")
+    else:
+        check("Slice", [x, starts, ends, axes, steps], opset=13)
 
 
 @pytest.mark.parametrize("opset", [23, 25, 28])

@@ -8,7 +8,7 @@ import pytest
 from cuda_helpers import F16, F32, I64, graph_view, make_model, whole_subgraph
 from onnx import TensorProto, helper
 from ort_ep_cuda import capability
-from ort_ep_cuda.kernels import Elementwise, Gemm, MatMul, View, plan_subgraph
+from ort_ep_cuda.kernels import Copy, Elementwise, Gemm, MatMul, Take, View, plan_subgraph
 
 from ort_core.plugins import Capability
 
@@ -37,7 +37,7 @@ def test_claims_elementwise_matmul_gemm_and_views_and_declines_the_rest_with_rea
     assert {k for k, v in answers.items() if v is None} == {"mm", "gemm", "relu", "reshape"}
     assert answers["softmax"] == "only the last axis is supported"
     assert answers["reshape_dyn"] == "the target shape is not a constant initializer"
-    assert answers["cast"].startswith("Cast is not supported yet")
+    assert answers["cast"] == "Cast to INT64: only float and float16 are supported"
     assert answers["int_add"] == \
         "types tensor(int64): only tensor(float) or tensor(float16), all the same, are supported"
 
@@ -127,3 +127,39 @@ def test_nodes_of_another_element_type_never_share_a_kernel():
     model = make_model(nodes, [("h", F16, (4,)), ("f", F32, (4,))], [("eh", F16, (4,)), ("ef", F32, (4,))])
     plan = plan_subgraph(whole_subgraph(model))
     assert [(s.program.dtype, s.outputs) for s in plan.steps] == [("float16", ["eh"]), ("float32", ["ef"])]
+
+
+def test_slices_gathers_and_casts_are_claimed_with_constant_bounds_and_indices_only():
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["sl"], name="slice"),
+             helper.make_node("Slice", ["x", "s", "dyn"], ["sd"], name="slice_dyn"),
+             helper.make_node("Gather", ["x", "idx"], ["g"], name="gather", axis=1),
+             helper.make_node("Gather", ["x", "ids"], ["gd"], name="gather_dyn"),
+             helper.make_node("Gather", ["x", "far"], ["gf"], name="gather_far", axis=1),
+             helper.make_node("Cast", ["x"], ["h"], name="to_half", to=TensorProto.FLOAT16),
+             helper.make_node("Cast", ["h"], ["f"], name="to_float", to=TensorProto.FLOAT),
+             helper.make_node("Cast", ["x"], ["d"], name="to_double", to=TensorProto.DOUBLE)]
+    model = make_model(nodes, [("x", F32, (3, 5)), ("dyn", I64, (1,)), ("ids", I64, (2,))],
+                       [("sl", F32, None), ("sd", F32, None), ("g", F32, None), ("gd", F32, None), ("gf", F32, None),
+                        ("f", F32, (3, 5)), ("d", TensorProto.DOUBLE, (3, 5))],
+                       [("s", np.array([4], np.int64)), ("e", np.array([-2**63], np.int64)),
+                        ("a", np.array([1], np.int64)), ("t", np.array([-2], np.int64)),
+                        ("idx", np.array([[4, 0], [1, 2]], np.int64)), ("far", np.array([5], np.int64))])
+    answers = _answers(model)
+    assert {k for k, v in answers.items() if v is None} == {"slice", "gather", "to_half", "to_float"}
+    assert answers["slice_dyn"] == "'dyn' is not a constant initializer"
+    assert answers["gather_dyn"] == "the indices are not a constant initializer (run-time indices are not supported)"
+    assert answers["gather_far"] == "an index is out of range for the axis of size 5"
+    assert answers["to_double"] == "Cast to DOUBLE: only float and float16 are supported"
+    keep = [n for n in nodes if n.name in ("slice", "gather", "to_half", "to_float")]
+    plan = plan_subgraph(whole_subgraph(make_model(
+        keep, [("x", F32, (3, 5))], [("sl", F32, None), ("g", F32, None), ("f", F32, (3, 5))],
+        [("s", np.array([4], np.int64)), ("e", np.array([-2**63], np.int64)), ("a", np.array([1], np.int64)),
+         ("t", np.array([-2], np.int64)), ("idx", np.array([[4, 0], [1, 2]], np.int64))])))
+    kinds = [type(s).__name__ for s in plan.steps]
+    assert kinds == ["Copy", "Take", "Elementwise", "Elementwise"]
+    sl, take, half, back = plan.steps
+    assert isinstance(sl, Copy) and sl.op == "Slice" and sl.bounds == ((4,), (-2**63,), (1,), (-2,))
+    assert isinstance(take, Take) and take.axis == 1 and take.indices.tolist() == [[4, 0], [1, 2]]
+    assert isinstance(half, Elementwise) and (half.program.dtype, half.program.result_dtype) == ("float32", "float16")
+    assert (back.program.dtype, back.program.result_dtype) == ("float16", "float32")
+    assert plan.device_constants == []  # bounds and indices are read on the host only

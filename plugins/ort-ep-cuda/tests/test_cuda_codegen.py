@@ -32,7 +32,7 @@ GELU_CHAIN = codegen.Program("float32", 3, 3, (
 PROGRAMS = [_single(op, dtype, rank) for op, dtype, rank in itertools.product(
     codegen.OPS, codegen.DTYPES, (1, 4))] + [GELU_CHAIN, codegen.Program(
         "float16", 2, 2, (("Add", (("in", 0), ("in", 1))), ("Sigmoid", (("t", 0),)), ("Mul", (("t", 1), ("in", 0)))),
-        (0, 2))]
+        (0, 2))] + [codegen.cast(a, b, 3) for a, b in (("float32", "float16"), ("float16", "float32"))]
 
 
 def _param_bytes(cubin: bytes, kernel: str) -> int:
@@ -58,7 +58,8 @@ def _param_bytes(cubin: bytes, kernel: str) -> int:
 
 
 @pytest.mark.parametrize("arch", [90, 80])
-@pytest.mark.parametrize("program", PROGRAMS, ids=lambda p: f"{p.steps[0][0]}-{p.dtype}-r{p.rank}-{len(p.steps)}")
+@pytest.mark.parametrize("program", PROGRAMS,
+                         ids=lambda p: f"{p.steps[0][0]}-{p.dtype}-{p.result_dtype}-r{p.rank}-{len(p.steps)}")
 def test_every_emitted_kernel_compiles_to_a_cubin(program, arch):
     cubin = nvrtc.compile_cubin(codegen.source(program), program.name, arch)
     assert cubin[:4] == b"\x7fELF"
@@ -78,6 +79,21 @@ def test_a_source_that_does_not_compile_reports_nvrtcs_log():
     with pytest.raises(nvrtc.CudaError, match=r"nvrtcCompileProgram\(broken, sm_90\) failed: NVRTC_ERROR_COMPILATION"
                        r"[\s\S]*undefined_thing"):
         nvrtc.compile_cubin('extern "C" __global__ void broken() { undefined_thing(); }', "broken", 90)
+
+
+def test_casts_store_the_other_type_and_name_their_kernels_apart():
+    down, up = codegen.cast("float32", "float16", 2), codegen.cast("float16", "float32", 2)
+    assert codegen.cast("float32", "float32", 2) == codegen.identity("float32", 2)
+    assert len({down.name, up.name, codegen.identity("float32", 2).name, codegen.identity("float16", 2).name}) == 4
+    assert "((unsigned short*)p.ptr[1])[i] = ort_f2h(t0);" in down.cuda()
+    assert "ort_h2f(((const unsigned short*)p.ptr[0])[o0])" in up.cuda() and "((float*)p.ptr[1])[i] = t0;" in up.cuda()
+    x = np.array([[1.0, 65504.0, 1e-8], [np.inf, -2.5, 70000.0]], np.float32)
+    half = codegen.reference(down, [x])[0]
+    with np.errstate(over="ignore"):
+        assert half.dtype == np.float16 and half.tolist() == x.astype(np.float16).tolist()  # 70000 -> inf
+    assert codegen.reference(up, [half])[0].dtype == np.float32
+    with pytest.raises(ValueError, match="dtype 'int8' is not one of"):
+        codegen.Program("float32", 1, 1, (("Identity", (("in", 0),)),), (0,), "int8")
 
 
 def test_programs_are_checked_when_made():

@@ -38,7 +38,7 @@ def _host_source(programs: list[codegen.Program]) -> str:
     parts = [SHIM]
     for k, p in enumerate(programs):
         src = codegen.source(p)
-        if p.dtype == "float16":
+        if "float16" in (p.dtype, p.result_dtype):
             assert codegen._PRELUDE in src
             src = src.replace(codegen._PRELUDE, HOST_PRELUDE)
         parts.append(f"namespace p{k} {{\n{src}\n}}\n")
@@ -67,6 +67,8 @@ CASES.append((codegen.Program("float16", 2, 2, (
     ("Sub", (("in", 0), ("in", 1))), ("Sigmoid", (("t", 0),)), ("Mul", (("t", 1), ("in", 1)))), (2, 1)),
     [(1, 9), (4, 1)]))
 CASES.append((codegen.Program("float32", 1, 1, (("Relu", (("in", 0),)),), (0,)), [()]))  # a 0-d tensor
+CASES.append((codegen.cast("float32", "float16", 2), [(3, 5)]))
+CASES.append((codegen.cast("float16", "float32", 3), [(2, 1, 4)]))
 
 
 @pytest.fixture(scope="module")
@@ -88,7 +90,7 @@ def _inputs(shapes, dtype, seed):
 
 
 @pytest.mark.parametrize("k", range(len(CASES)), ids=lambda k: f"{CASES[k][0].steps[0][0]}-{CASES[k][0].dtype}-"
-                                                               f"{len(CASES[k][0].steps)}")
+                                                               f"{CASES[k][0].result_dtype}-{len(CASES[k][0].steps)}")
 def test_generated_source_built_for_the_host_computes_the_reference(host_lib, k):
     ffi, lib = host_lib
     program, shapes = CASES[k]
@@ -98,7 +100,7 @@ def test_generated_source_built_for_the_host_computes_the_reference(host_lib, k)
         xs = [np.abs(x) + dtype.type(0.1) for x in xs]
     out_shape = np.broadcast_shapes(*[x.shape for x in xs])
     index_shape = out_shape or (1,)
-    outs = [np.full(out_shape, np.nan, dtype) for _ in program.outputs]
+    outs = [np.full(out_shape, np.nan, program.result_dtype) for _ in program.outputs]
     strides = [codegen.broadcast_strides(x.shape, x.strides, dtype.itemsize, index_shape) for x in xs]
     words = codegen.pack_params(program, [x.ctypes.data for x in xs] + [o.ctypes.data for o in outs],
                                 index_shape, strides)
@@ -107,7 +109,7 @@ def test_generated_source_built_for_the_host_computes_the_reference(host_lib, k)
     cfg = codegen.launch_config(n, sm_count=1, block=32, blocks_per_sm=1)  # few blocks: the loop strides
     getattr(lib, f"run_{k}")(ffi.from_buffer(words), cfg.grid, cfg.block)
     expected = codegen.reference(program, xs)
-    tol = 1e-3 if dtype == np.float16 else 1e-5
+    tol = 1e-3 if np.float16 in (dtype, np.dtype(program.result_dtype)) else 1e-5
     for got, want in zip(outs, expected):
-        assert got.shape == want.shape and not np.isnan(got).any()
+        assert got.shape == want.shape and got.dtype == want.dtype and not np.isnan(got).any()
         np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)

@@ -351,3 +351,24 @@ def test_a_cnn_of_convolutions_pooling_batchnorm_concat_and_sum_stays_on_the_gpu
              ("w3", normal(8, 4, 1, 1, scale=0.3)), ("w4", normal(10, 16, scale=0.3)), ("b4", normal(10))]
     model = make_model(nodes, [("x", elem, (2, 3, 33, 30))], [("y", elem, (2, 10)), ("a2", elem, None)], inits)
     _compare(model, {"x": normal(2, 3, 33, 30)}, rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+def test_slices_gathers_and_casts_match_the_cpu_provider(elem):
+    """Written without a GPU (the same plan is checked by the recorded-run emulation in test_cuda_trace)."""
+    from onnx import TensorProto
+
+    dtype = np.float16 if elem == F16 else np.float32
+    other = TensorProto.FLOAT if elem == F16 else TensorProto.FLOAT16
+    big = 2**63 - 1
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["sl"]),
+             helper.make_node("Gather", ["sl", "idx"], ["g"], axis=1),
+             helper.make_node("Cast", ["g"], ["c"], to=other),
+             helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("Cast", ["r"], ["y"], to=elem)]
+    model = make_model(nodes, [("x", elem, (6, 9, 5))], [("y", elem, None), ("sl", elem, None)],
+                       [("s", np.array([5, -1], np.int64)), ("e", np.array([0, -big - 1], np.int64)),
+                        ("a", np.array([0, 1], np.int64)), ("t", np.array([-2, -2], np.int64)),
+                        ("idx", np.array([[4, 0], [1, 2]], np.int64))])
+    x = np.random.default_rng(8).standard_normal((6, 9, 5)).astype(dtype)
+    _compare(model, {"x": x}, rtol=0, atol=0)  # copies and exact conversions: bit for bit

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 from cuda_helpers import F32, cpu_outputs, make_model, whole_subgraph
-from onnx import helper
+from onnx import TensorProto, helper
 from ort_ep_cuda import rowops, runtime, shapes, windows
 from ort_ep_cuda.kernels import plan_subgraph
 from ort_ep_cuda.launch import Compiled, Executor
@@ -80,9 +80,8 @@ def _emulate(trace, table, memory: Memory, programs: dict, ctx: Context) -> None
             for s in c.slots:
                 words[s] = resolve(table, int(words[s]))
             n_ptr = program.n_inputs + len(program.outputs)
-            n = int(words[n_ptr])
-            views = {int(w): memory.array(int(w), n if k >= program.n_inputs else (len(memory.bytes) - (int(w) - BASE))
-                                          // 4, np.float32) for k, w in enumerate(words[:n_ptr])}
+            views = {int(w): _At(memory, int(w), program.dtype if k < program.n_inputs else program.result_dtype)
+                     for k, w in enumerate(words[:n_ptr])}
             _run_like_the_kernel(program, words, views)
         elif isinstance(c, Gemm):
             a = list(c.args)
@@ -104,6 +103,25 @@ def _emulate(trace, table, memory: Memory, programs: dict, ctx: Context) -> None
         else:
             assert isinstance(c, Alias)
             ctx.outputs[c.index] = DeviceTensor(resolve(table, c.address), c.shape, c.dtype, DEVICE)
+
+
+class _At:
+    """Elements of ``dtype`` at ``address`` of the emulated memory, indexed by element offsets that may be negative
+    (a backward Slice reads below its first element's address)."""
+
+    def __init__(self, memory: Memory, address: int, dtype) -> None:
+        self.dtype = np.dtype(dtype)
+        self.all = memory.bytes.view(self.dtype)
+        assert (address - BASE) % self.dtype.itemsize == 0
+        self.first = (address - BASE) // self.dtype.itemsize
+
+    def __getitem__(self, k: int):
+        assert 0 <= self.first + k < len(self.all)
+        return self.all[self.first + k]
+
+    def __setitem__(self, k: int, value) -> None:
+        assert 0 <= self.first + k < len(self.all)
+        self.all[self.first + k] = value
 
 
 def _run_like_the_row_kernel(program, c, table, memory: Memory) -> None:
@@ -294,3 +312,30 @@ def test_symbols_resolve_through_the_table_and_real_addresses_pass_through():
     assert resolve(table, s.ptr + 16) == 50000 + trace.offsets[0] + 16
     assert resolve(table, 4096) == 4096
     assert symbol(3, 5) == (3 << 48) + 5
+
+
+def test_recorded_slices_gathers_and_casts_compute_what_the_cpu_provider_computes(tmp_path):
+    """A backward, stepped Slice (the Identity kernel reading below its first element), a Gather at constant
+    indices (2-D copies, consecutive indices merged), float32 -> float16 -> float32 Casts around a float16 Relu."""
+    big = 2**63 - 1
+    nodes = [helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["sl"]),
+             helper.make_node("Gather", ["sl", "idx"], ["g"], axis=1),
+             helper.make_node("Gather", ["x", "rows"], ["r"], axis=0),
+             helper.make_node("Cast", ["g"], ["h"], to=TensorProto.FLOAT16),
+             helper.make_node("Relu", ["h"], ["hr"]),
+             helper.make_node("Cast", ["hr"], ["y"], to=TensorProto.FLOAT)]
+    model = make_model(nodes, [("x", F32, (5, 7))], [("y", F32, (4, 2, 2)), ("r", F32, (3, 7)), ("sl", F32, (4, 3))],
+                       [("s", np.array([4, -1], np.int64)), ("e", np.array([0, -big - 1], np.int64)),
+                        ("a", np.array([0, 1], np.int64)), ("t", np.array([-1, -3], np.int64)),
+                        ("idx", np.array([[2, 0], [1, -1]], np.int64)), ("rows", np.array([1, 2, 3], np.int64))])
+    feeds = {"x": np.random.default_rng(7).standard_normal((5, 7)).astype(np.float32)}
+    plan = plan_subgraph(whole_subgraph(model))
+    got, trace = _run_recorded(model, feeds, tmp_path)
+    want = cpu_outputs(model, feeds)
+    for g, e in zip(got, want):
+        assert g.shape == e.shape and g.dtype == e.dtype
+        np.testing.assert_array_equal(g, e)
+    copies = [c for c in trace.commands if isinstance(c, Memcpy2D)]
+    assert len(copies) == 2 + 1  # g: [2], then [0, 1, -1 -> 2] (consecutive: one copy); r: rows 1..3 in one
+    assert [type(s).__name__ for s in plan.steps] == ["Copy", "Take", "Take", "Elementwise", "Elementwise",
+                                                      "Elementwise"]

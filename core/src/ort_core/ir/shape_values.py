@@ -87,8 +87,9 @@ def shape_window(rank: int, start: int, end: int | None) -> slice:
 def slice_window(length: int, start: int, end: int, step: int) -> slice:
     """ONNX Slice's ``start:end:step`` over ``length`` items (huge and negative bounds clamped as the spec
     says) as a Python slice; ``step`` is not 0."""
-    low, high = (0, length) if step > 0 else (-1, length - 1)
-    start, end = (min(max(v + length if v < 0 else v, low), high) for v in (start, end))
+    high = length if step > 0 else length - 1
+    start = min(max(start + length if start < 0 else start, 0), high)  # backward: [0, length - 1]
+    end = min(max(end + length if end < 0 else end, 0 if step > 0 else -1), high)
     return slice(start, None if end < 0 else end, step)
 
 

@@ -29,9 +29,12 @@ MATRIX = {"MatMul": 1, "Gemm": 7}
 ROWS = {"Softmax": 1, "LayerNormalization": 1}  # LayerNormalization: opset 17's, or the optimizer's fused op below it
 MS_OPS = {"Gelu", "SkipLayerNormalization"}
 COPIES = {"Transpose": 1, "Split": 2, "Concat": 4}  # strided copies (Identity kernel; Concat: 2-D memcpy)
+SELECTIONS = {"Slice": 10, "Gather": 1}  # Slice: a strided read (Identity kernel); Gather: 2-D memcpys
+CASTS = {"Cast": 6}  # between float32 and float16 (the copy kernel storing another type)
 WINDOWS = {"Conv": 1, "MaxPool": 1, "AveragePool": 7, "GlobalAveragePool": 1}  # 2-D only
 AFFINE = {"BatchNormalization": 9}  # inference form, constant statistics: x * a + b per channel
-SINCE = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE}  # op -> first opset taken
+SINCE = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE, **SELECTIONS, **CASTS}
+"""op -> the first opset taken"""
 
 
 def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str], Any],
@@ -50,7 +53,7 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
         since = SINCE.get(op)
         if since is None:
             return (f"{op} is not supported yet (elementwise ops, MatMul, Gemm, Conv, pooling, BatchNormalization, "
-                    "Softmax, LayerNormalization, Transpose, Split, Concat and views are)")
+                    "Softmax, LayerNormalization, Transpose, Split, Concat, Slice, Gather, Cast and views are)")
         if opset < since:
             return f"{op} at opset {opset} has legacy semantics (supported from opset {since})"
         if opset > NEWEST_OPSET:
@@ -86,6 +89,10 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
         return _row_reason(node, opset, types)
     if op in COPIES:
         return _copy_reason(node, types, constant)
+    if op in SELECTIONS:
+        return _selection_reason(node, types, constant)
+    if op in CASTS:
+        return _cast_reason(node, types)
     if op in WINDOWS:
         return _window_reason(node, types, constant)
     if op in AFFINE:
@@ -275,3 +282,48 @@ def _view_reason(node: Any, opset: int, types: dict, constant: Callable[[str], A
             return "axes are not a constant initializer"
         return None
     return None if op == "Squeeze" else "Unsqueeze needs axes"
+
+
+def _selection_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
+    """Slice with constant starts, ends, axes and steps; Gather with constant indices (the data any float)."""
+    op, attrs = node.op_type, dict(node.attrs)
+    data = node.inputs[0] if node.inputs else ""
+    if not data:
+        return "expected a data input"
+    rank = len(types[data].shape)
+    if rank == 0:
+        return f"{op} of a scalar"
+    if op == "Gather":
+        if len(node.inputs) != 2 or not node.inputs[1] or set(attrs) - {"axis"}:
+            return "expected data, indices and only 'axis'"
+        if not -rank <= int(attrs.get("axis", 0)) < rank:
+            return f"axis {attrs.get('axis')} is out of range for rank {rank}"
+        indices = constant(node.inputs[1])
+        if indices is None:
+            return "the indices are not a constant initializer (run-time indices are not supported)"
+        indices = np.asarray(indices)
+        if indices.dtype.kind not in "iu":
+            return "the indices are not integers"
+        dim = types[data].shape[int(attrs.get("axis", 0)) % rank]
+        if isinstance(dim, int) and indices.size and (indices.min() < -dim or indices.max() >= dim):
+            return f"an index is out of range for the axis of size {dim}"
+        return _float_reason(node, {data: types[data]})
+    if attrs:
+        return f"attribute(s) {', '.join(sorted(attrs))} not supported"
+    if len(node.inputs) < 3 or not node.inputs[1] or not node.inputs[2] or len(node.inputs) > 5:
+        return "expected data, starts, ends and optional axes and steps"
+    for name in node.inputs[1:]:
+        if name and constant(name) is None:
+            return f"'{name}' is not a constant initializer"
+    return _float_reason(node, {data: types[data]})
+
+
+def _cast_reason(node: Any, types: dict) -> str | None:
+    attrs = dict(node.attrs)
+    if len(node.inputs) != 1 or not node.inputs[0] or set(attrs) - {"to", "saturate"}:
+        return "expected one input and only 'to' (and 'saturate')"
+    to = int(attrs.get("to", 0))
+    if to not in FLOATS:
+        name = TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else str(to)
+        return f"Cast to {name}: only float and float16 are supported"
+    return _float_reason(node, types)

@@ -79,17 +79,19 @@ Operand = tuple[str, int]
 class Program:
     """One fused elementwise kernel: ``steps`` in order (op name, operands), ``outputs`` the steps whose result
     is written (one buffer each, in order), over ``n_inputs`` inputs of ``dtype`` and an index space of
-    ``rank`` dimensions."""
+    ``rank`` dimensions. ``out_dtype``: the type the outputs are stored as when it is not ``dtype`` (Cast)."""
 
     dtype: str
     rank: int
     n_inputs: int
     steps: tuple[tuple[str, tuple[Operand, ...]], ...]
     outputs: tuple[int, ...]
+    out_dtype: str = ""
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise ValueError(f"dtype {self.dtype!r} is not one of {sorted(DTYPES)}")
+        for dtype in (self.dtype, self.out_dtype or self.dtype):
+            if dtype not in DTYPES:
+                raise ValueError(f"dtype {dtype!r} is not one of {sorted(DTYPES)}")
         if self.rank < 1 or not self.steps or not self.outputs:
             raise ValueError("a program needs rank >= 1, a step and an output")
         for j, (op, operands) in enumerate(self.steps):
@@ -104,8 +106,14 @@ class Program:
     @property
     def name(self) -> str:
         """The kernel's name: derived from everything that shapes its source."""
-        text = repr((self.dtype, self.rank, self.n_inputs, self.steps, self.outputs))
+        fields = (self.dtype, self.rank, self.n_inputs, self.steps, self.outputs)
+        text = repr((*fields, self.out_dtype) if self.out_dtype else fields)
         return "ort_ew_" + hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def result_dtype(self) -> str:
+        """The type the outputs are stored as."""
+        return self.out_dtype or self.dtype
 
     def cuda(self) -> str:
         return source(self)
@@ -126,6 +134,11 @@ def identity(dtype: str, rank: int) -> Program:
     return Program(dtype, rank, 1, (("Identity", (("in", 0),)),), (0,))
 
 
+def cast(dtype: str, to: str, rank: int) -> Program:
+    """Cast between the generator's float types: the copy program storing its output as ``to``."""
+    return Program(dtype, rank, 1, (("Identity", (("in", 0),)),), (0,), "" if to == dtype else to)
+
+
 def source(program: Program) -> str:
     """The CUDA C++ of ``program``: one ``extern "C"`` kernel taking one parameter struct (``pack_params``).
 
@@ -135,7 +148,7 @@ def source(program: Program) -> str:
     p = program
     half = p.dtype == "float16"
     n_ptr = p.n_inputs + len(p.outputs)
-    lines = [_PRELUDE if half else "",
+    lines = [_PRELUDE if "float16" in (p.dtype, p.result_dtype) else "",
              f"struct Params {{ unsigned long long ptr[{n_ptr}]; long long n; long long shape[{p.rank}]; "
              f"long long st[{max(p.n_inputs, 1)}][{p.rank}]; }};",
              f'extern "C" __global__ void {p.name}(const Params p) {{',
@@ -171,9 +184,10 @@ def _body(p: Program, index: str, half: bool) -> list[str]:
         expr = OPS[op].cuda.format(*args)
         # float16: every op rounds its result, as the same ops run one by one would
         lines.append(f"      const float t{j} = {'ort_h2f(ort_f2h(' + expr + '))' if half else expr};")
+    out_ctype = DTYPES[p.result_dtype]
     for slot, j in enumerate(p.outputs):
-        value = f"ort_f2h(t{j})" if half else f"t{j}"
-        lines.append(f"      (({ctype}*)p.ptr[{p.n_inputs + slot}])[i] = {value};")
+        value = f"ort_f2h(t{j})" if p.result_dtype == "float16" else f"t{j}"
+        lines.append(f"      (({out_ctype}*)p.ptr[{p.n_inputs + slot}])[i] = {value};")
     return lines
 
 
@@ -226,7 +240,8 @@ def pack_params(program: Program, pointers: Sequence[int], out_shape: Sequence[i
 
 def reference(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray]:
     """What the kernel computes, with numpy: float32 arithmetic on the broadcast inputs, rounded to float16
-    after every step for float16 programs (as the kernel does). One array per output."""
+    after every step for float16 programs (as the kernel does), stored as ``result_dtype``. One array per
+    output."""
     dtype = np.dtype(program.dtype)
     xs = [np.asarray(x).astype(np.float32) for x in inputs]
     out_shape = np.broadcast_shapes(*[x.shape for x in xs]) if xs else ()
@@ -238,7 +253,8 @@ def reference(program: Program, inputs: Sequence[np.ndarray]) -> list[np.ndarray
             if dtype == np.float16:
                 value = value.astype(np.float16).astype(np.float32)
             temps.append(value)
-    return [np.broadcast_to(temps[j], out_shape).astype(dtype) for j in program.outputs]
+        result = np.dtype(program.result_dtype)  # a float16 store overflows to inf, as the kernel's does
+        return [np.broadcast_to(temps[j], out_shape).astype(result) for j in program.outputs]
 
 
 @dataclass(frozen=True)

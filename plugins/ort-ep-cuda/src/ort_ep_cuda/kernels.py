@@ -3,8 +3,10 @@
 Steps: fused elementwise kernels (``codegen.Program``s: runs of elementwise nodes with one output shape become
 one kernel; Sum and inference BatchNormalization join them), cuBLAS matrix products, row kernels (Softmax and
 the layer normalizations, ``rowops``), window steps (convolutions as im2col + cuBLAS, pooling, ``windows``),
-strided copies (Transpose, Split, Concat) and views (Reshape, Identity, Squeeze, Unsqueeze, Flatten: new shapes
-over the same memory). Planning is pure and runs without a GPU; ``record`` and ``launch`` execute plans.
+strided copies (Transpose, Split, Slice, Concat), Gather with constant indices (2-D copies, ``selection``), Cast
+between float32 and float16 (the copy kernel storing another type) and views (Reshape, Identity, Squeeze,
+Unsqueeze, Flatten: new shapes over the same memory). Planning is pure and runs without a GPU; ``record`` and
+``launch`` execute plans.
 """
 
 from __future__ import annotations
@@ -73,8 +75,8 @@ class Row:
 
 @dataclass
 class Copy:
-    """Strided copies through ``program`` (the Identity kernel): Transpose (``perm``) or Split (``axis``, ``sizes``:
-    None for equal parts) of ``src`` into ``outs``."""
+    """Strided copies through ``program`` (the Identity kernel): Transpose (``perm``), Split (``axis``, ``sizes``:
+    None for equal parts) or Slice (``bounds``: starts, ends, axes, steps) of ``src`` into ``outs``."""
 
     op: str
     program: codegen.Program
@@ -83,6 +85,19 @@ class Copy:
     perm: tuple[int, ...] | None
     axis: int
     sizes: tuple[int, ...] | None
+    label: str
+    bounds: tuple[tuple[int, ...], ...] | None = None
+
+
+@dataclass
+class Take:
+    """Gather of ``src`` along ``axis`` at constant ``indices``: one 2-D copy per run of consecutive indices."""
+
+    src: str
+    out: str
+    axis: int
+    indices: np.ndarray
+    dtype: str
     label: str
 
 
@@ -192,8 +207,8 @@ def plan_subgraph(subgraph: FusedSubgraph) -> Plan:
     opset = opsets.get("", opsets.get("ai.onnx", 0))
     host_only = set()  # constants read on the host only (shapes, axes)
     for node in nodes:
-        if node.op_type in ("Reshape", "Squeeze", "Unsqueeze") and len(node.inputs) > 1 and node.inputs[1]:
-            host_only.add(node.inputs[1])
+        if node.op_type in ("Reshape", "Squeeze", "Unsqueeze", "Slice", "Gather") and len(node.inputs) > 1:
+            host_only.update(n for n in node.inputs[1:] if n)
     consumers: dict[str, list[int]] = {}
     for i, node in enumerate(nodes):
         for name in node.inputs:
@@ -228,8 +243,15 @@ def plan_subgraph(subgraph: FusedSubgraph) -> Plan:
         elif op == "Concat":
             rank = len(graph.type_of(node.inputs[0]).shape)
             steps.append(Concat(list(node.inputs), node.outputs[0], int(node.attrs["axis"]) % rank, dtype, node.label))
-        elif op in COPIES:
+        elif op in COPIES or op == "Slice":
             steps.append(_copy(node, opset, dtype, graph, constants))
+        elif op == "Gather":
+            steps.append(Take(node.inputs[0], node.outputs[0], int(node.attrs.get("axis", 0)),
+                              np.asarray(constants[node.inputs[1]]), dtype, node.label))
+        elif op == "Cast":
+            rank = max(len(graph.type_of(node.inputs[0]).shape), 1)
+            program = codegen.cast(dtype, FLOATS[int(node.attrs["to"])], rank)
+            steps.append(Elementwise(program, [node.inputs[0]], [node.outputs[0]], [node.label]))
         elif op in AFFINE:
             steps.append(_batchnorm(node, dtype, graph, constants, made))
         elif op in WINDOWS:
@@ -318,6 +340,10 @@ def _copy(node: Any, opset: int, dtype: str, graph: Any, constants: dict) -> Cop
     if node.op_type == "Transpose":
         perm = tuple(int(p) for p in attrs.get("perm", range(rank - 1, -1, -1)))
         return Copy("Transpose", program, node.inputs[0], list(node.outputs), perm, 0, None, node.label)
+    if node.op_type == "Slice":  # starts, ends, axes, steps: constants (axes and steps may be absent)
+        bounds = tuple(tuple(int(v) for v in np.asarray(constants[n]).reshape(-1)) if n else None
+                       for n in (list(node.inputs[1:]) + ["", ""])[:4])
+        return Copy("Slice", program, node.inputs[0], list(node.outputs), None, 0, None, node.label, bounds)
     sizes = attrs.get("split") if opset < 13 else None
     if len(node.inputs) > 1 and node.inputs[1]:
         sizes = np.asarray(constants[node.inputs[1]]).reshape(-1)
@@ -337,7 +363,7 @@ def _reads(step: Any) -> list[str]:
         return step.inputs
     if isinstance(step, Row):
         return list(step.inputs.values())
-    if isinstance(step, Copy):
+    if isinstance(step, (Copy, Take)):
         return [step.src]
     if isinstance(step, Window):
         return [n for n in (step.src, step.w, step.b) if n]

@@ -13,9 +13,9 @@ import numpy as np
 
 from ort_core.memory import Device, DeviceTensor
 
-from . import codegen, rowops, shapes, windows
+from . import codegen, rowops, selection, shapes, windows
 from . import cuda_api as api
-from .kernels import Concat, Copy, Elementwise, Gemm, MatMul, Plan, Row, View, Window
+from .kernels import Concat, Copy, Elementwise, Gemm, MatMul, Plan, Row, Take, View, Window
 from .runtime import DeviceInfo
 from .trace import Alias, Launch, Memcpy, Memcpy2D, Memset, Recorder
 from .trace import Gemm as GemmCommand
@@ -60,6 +60,8 @@ class StepRecorder:
                 self._window(step, kernels, env, buffer, rec)
             elif isinstance(step, Concat):
                 self._concat(step, env, buffer, rec)
+            elif isinstance(step, Take):
+                self._take(step, env, buffer, rec)
             else:
                 self._view(step, env)
         for k, name in enumerate(plan.outputs):
@@ -100,7 +102,7 @@ class StepRecorder:
             if temps[j] != shape:
                 raise ValueError(f"{step.labels[j]}: '{name}' has shape {list(temps[j])}, not the fused kernel's "
                                  f"{list(shape)}")
-        outs = [buffer(name, shape, dtype) for name in step.outputs]
+        outs = [buffer(name, shape, np.dtype(program.result_dtype)) for name in step.outputs]
         index_shape = shape if shape else (1,)
         strides = [codegen.broadcast_strides(x.shape, x.strides, x.dtype.itemsize, index_shape) for x in xs]
         self._launch(kernel, program, [x.ptr for x in xs] + [o.ptr for o in outs], index_shape, strides, rec)
@@ -162,6 +164,25 @@ class StepRecorder:
             if width and rows:
                 rec.add(Memcpy2D(out.ptr + start * inner, shape[step.axis] * inner, x.ptr, width, width, rows))
             start += x.shape[step.axis]
+        env[step.out] = out
+
+    def _take(self, step: Take, env: dict, buffer, rec: Recorder) -> None:
+        """Gather at constant indices: each run of consecutive indices is one 2-D copy, a row per index before the
+        axis."""
+        x = env[step.src]
+        if x.dtype != np.dtype(step.dtype) or not x.is_contiguous:
+            raise TypeError(f"{step.label}: the input is {x.dtype}{'' if x.is_contiguous else ' (strided)'}, expected "
+                            f"contiguous {step.dtype}")
+        try:
+            g = selection.gather_runs(x.shape, step.indices, step.axis)
+        except ValueError as e:
+            raise ValueError(f"{step.label}: {e}") from None
+        out = buffer(step.out, g.shape, x.dtype)
+        size = x.dtype.itemsize
+        for run in g.runs if out.nbytes else ():
+            width = run.count * g.inner * size
+            rec.add(Memcpy2D(out.ptr + run.dst * g.inner * size, g.n * g.inner * size,
+                             x.ptr + run.src * g.inner * size, g.dim * g.inner * size, width, g.rows))
         env[step.out] = out
 
     def _window(self, step: Window, kernels: dict, env: dict, buffer, rec: Recorder) -> None:
@@ -233,7 +254,8 @@ class StepRecorder:
             rec.add(Launch(kernel, cfg.grid, cfg.block, windows.pack(program, x, y, g), (0, 1), program.name))
 
     def _copy(self, step: Copy, kernel: Any, env: dict, buffer, rec: Recorder) -> None:
-        """Transpose and Split: the Identity kernel reading ``src`` through permuted or offset strides."""
+        """Transpose, Split and Slice: the Identity kernel reading ``src`` through permuted, offset or stepped
+        strides."""
         src = env[step.src]
         if src.dtype != np.dtype(step.program.dtype) or not src.is_contiguous:
             raise TypeError(f"{step.label}: the input is {src.dtype}{'' if src.is_contiguous else ' (strided)'}, "
@@ -245,6 +267,16 @@ class StepRecorder:
             shape = tuple(src.shape[p] for p in step.perm)
             out = buffer(step.outs[0], shape, src.dtype)
             self._launch(kernel, step.program, [src.ptr, out.ptr], shape, [[strides[p] for p in step.perm]], rec)
+            env[step.outs[0]] = out
+            return
+        if step.op == "Slice":
+            try:
+                view = selection.slice_view(src.shape, *step.bounds)
+            except ValueError as e:
+                raise ValueError(f"{step.label}: {e}") from None
+            out = buffer(step.outs[0], view.shape, src.dtype)
+            self._launch(kernel, step.program, [src.ptr + view.offset * src.dtype.itemsize, out.ptr], view.shape,
+                         [list(view.strides)], rec)
             env[step.outs[0]] = out
             return
         dim, n = src.shape[step.axis], len(step.outs)

@@ -273,11 +273,18 @@ def _split_input(node: Node, opset: int):
 
 
 def _slice(node: Node, x: np.ndarray, starts, ends, axes, steps) -> np.ndarray:
-    return x[_slice_index(node, x.ndim, starts, ends, axes, steps)]
+    return x[_slice_index(node, x.ndim, starts, ends, axes, steps, x.shape)]
 
 
-def _slice_index(node: Node, ndim: int, starts, ends, axes, steps) -> tuple:
-    """The numpy index of a Slice over an input of rank ``ndim`` (Python slices clamp as ONNX does)."""
+NEEDS_DIMS = object()
+"""What ``_slice_index`` answers without the input's dims for a backward slice starting at a negative index:
+whether that start lies before the first element (where ONNX and Python differ) depends on the dim."""
+
+
+def _slice_index(node: Node, ndim: int, starts, ends, axes, steps, shape=None) -> tuple | object:
+    """The numpy index of a Slice over an input of rank ``ndim``. Python slices clamp as ONNX does, except for
+    a negative step whose start is still below 0 after adding the dim: ONNX clamps it to 0 (one element), Python
+    reads nothing; with ``shape`` that start is clamped to -dim, without it the answer is NEEDS_DIMS."""
     if axes is None and steps is None and len(starts) == len(ends) <= ndim:  # fast path
         return tuple(slice(s, e) for s, e in zip(starts, ends))
     if len(ends) != len(starts):
@@ -300,6 +307,10 @@ def _slice_index(node: Node, ndim: int, starts, ends, axes, steps) -> tuple:
     for a, s, e, st in zip(axes_n, starts, ends, steps):
         if st == 0:
             raise KernelError(f"{node.label}: slice step cannot be 0")
+        if st < 0 and s < 0:
+            if shape is None:
+                return NEEDS_DIMS
+            s = max(s, -shape[a])
         index[a] = slice(s, e, st)
     return tuple(index)
 
@@ -322,10 +333,15 @@ def _slice_input(node: Node, opset: int):
 
     def kernel(x, starts, ends, axes=None, steps=None):
         key = (x.ndim, _key(starts), _key(ends), _key(axes), _key(steps))
-        index = memo.get(key, lambda: _slice_index(node, x.ndim, starts.reshape(-1).tolist(), ends.reshape(-1).tolist(),
-                                                   None if axes is None else axes.reshape(-1).tolist(),
-                                                   None if steps is None or not steps.size
-                                                   else steps.reshape(-1).tolist()))
+
+        def index_of(shape=None):
+            return _slice_index(node, x.ndim, starts.reshape(-1).tolist(), ends.reshape(-1).tolist(),
+                                None if axes is None else axes.reshape(-1).tolist(),
+                                None if steps is None or not steps.size else steps.reshape(-1).tolist(), shape)
+
+        index = memo.get(key, index_of)
+        if index is NEEDS_DIMS:  # a backward start counting from the end: it depends on this input's dims
+            index = index_of(x.shape)
         return (x[index],)
     return kernel
 
