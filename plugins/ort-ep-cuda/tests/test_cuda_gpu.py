@@ -372,3 +372,19 @@ def test_slices_gathers_and_casts_match_the_cpu_provider(elem):
                         ("idx", np.array([[4, 0], [1, 2]], np.int64))])
     x = np.random.default_rng(8).standard_normal((6, 9, 5)).astype(dtype)
     _compare(model, {"x": x}, rtol=0, atol=0)  # copies and exact conversions: bit for bit
+
+
+@pytest.mark.parametrize("elem, tol", [(F32, 1e-5), (F16, 4e-3)])
+def test_reductions_of_trailing_axes_match_the_cpu_provider(elem, tol):
+    """Written without a GPU (the same plan is checked by the recorded-run emulation in test_cuda_trace)."""
+    dtype = np.float16 if elem == F16 else np.float32
+    nodes = [helper.make_node("ReduceMean", ["x", "hw"], ["mean"]),
+             helper.make_node("ReduceSum", ["x", "last"], ["sum"], keepdims=0),
+             helper.make_node("ReduceMax", ["x"], ["max"], keepdims=0),
+             helper.make_node("ReduceMin", ["x", "last"], ["min"])]
+    model = make_model(nodes, [("x", elem, (2, 3, 40, 50))],
+                       [("mean", elem, None), ("sum", elem, None), ("max", elem, None), ("min", elem, None)],
+                       [("hw", np.array([2, 3], np.int64)), ("last", np.array([-1], np.int64))], opset=18)
+    x = np.random.default_rng(9).standard_normal((2, 3, 40, 50)).astype(dtype)
+    x[1, 2, 7, 9] = np.nan
+    _compare(model, {"x": x}, rtol=tol, atol=tol * 10)

@@ -138,3 +138,45 @@ def test_where_takes_a_constant_condition_only():
     plan = plan_subgraph(whole_subgraph(make_model(nodes[:1], [("x", F32, (2, 2))], [("a", F32, (2, 2))],
                                                    [("mask", np.eye(2, dtype=bool))])))
     assert plan.casts == {"mask": "float32"} and plan.device_constants == ["mask"]
+
+
+@pytest.mark.parametrize("elem", [F32, F16])
+@pytest.mark.parametrize("op", rowops.REDUCTIONS)
+def test_reduction_references_match_the_cpu_provider_nan_included(op, elem):
+    dtype = np.float16 if elem == F16 else np.float32
+    x = np.random.default_rng(2).standard_normal((3, 4, 6)).astype(dtype)
+    x[1, 2, 3] = np.nan  # ReduceMax and ReduceMin propagate it, as numpy's max and min do
+    model = make_model([helper.make_node(op, ["x", "axes"], ["y"])], [("x", elem, x.shape)],
+                       [("y", elem, (3, 4, 1))], [("axes", np.array([-1], np.int64))], opset=18)
+    want = cpu_outputs(model, {"x": x})[0]
+    got = rowops.reference(rowops.RowProgram(op, dtype.__name__), {"x": x}).reshape(want.shape)
+    tol = 4e-3 if elem == F16 else 1e-5
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=tol, atol=tol)
+    assert np.isnan(got[1, 2, 0]) and np.isnan(want[1, 2, 0])
+
+
+def test_reductions_are_claimed_over_trailing_constant_axes_only():
+    x = ("x", F32, (2, 3, 4, 5))
+    nodes = [helper.make_node("ReduceMean", ["x", "hw"], ["a"], name="hw"),
+             helper.make_node("ReduceSum", ["x"], ["b"], name="all", keepdims=0),
+             helper.make_node("ReduceMax", ["x", "mid"], ["c"], name="mid"),
+             helper.make_node("ReduceMin", ["x", "dyn"], ["d"], name="dyn"),
+             helper.make_node("ReduceSum", ["x"], ["e"], name="noop", noop_with_empty_axes=1),
+             helper.make_node("ReduceMean", ["ids", "hw"], ["f"], name="ints")]
+    model = make_model(nodes, [x, ("dyn", I64, (1,)), ("ids", I64, (2, 3, 4, 5))],
+                       [(n, F32, None) for n in "abcde"] + [("f", I64, None)],
+                       [("hw", np.array([3, 2], np.int64)), ("mid", np.array([1], np.int64))], opset=18)
+    assert _answers(model) == {
+        "hw": None, "all": None,
+        "mid": "axes [1]: only trailing axes are reduced (the last, or the last few together)",
+        "dyn": "the axes are not a constant initializer",
+        "noop": "noop_with_empty_axes=1 with no axes (an identity) is not supported",
+        "ints": "types tensor(int64): only tensor(float) or tensor(float16), all the same, are supported"}
+    legacy = make_model([helper.make_node("ReduceMean", ["x"], ["y"], name="attr", axes=[-1], keepdims=0),
+                         helper.make_node("ReduceMean", ["x"], ["z"], name="attr_mid", axes=[0])],
+                        [x], [("y", F32, None), ("z", F32, None)], opset=13)  # axes an attribute before 18
+    assert _answers(legacy) == {"attr": None, "attr_mid": "axes [0]: only trailing axes are reduced (the last, or "
+                                                          "the last few together)"}
+    step = plan_subgraph(whole_subgraph(make_model(legacy.graph.node[:1], [x], [("y", F32, None)],
+                                                   opset=13))).steps[0]
+    assert isinstance(step, Row) and (step.program.op, step.coerce_axis, step.keepdims) == ("ReduceMean", 3, False)

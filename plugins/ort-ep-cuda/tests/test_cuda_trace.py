@@ -136,7 +136,8 @@ def _run_like_the_row_kernel(program, c, table, memory: Memory) -> None:
     arrays = {name: memory.array(int(words[k]), sizes[name], np.float32).reshape(-1, cols)
               for k, name in enumerate(program.inputs)}
     arrays = {k: (v if k in ("x", "skip") else v[0]) for k, v in arrays.items()}
-    memory.array(int(words[n]), rows * cols, np.float32)[:] = rowops.reference(program, arrays, eps).reshape(-1)
+    out = rowops.reference(program, arrays, eps).reshape(-1)  # rows values for a reduction, rows * cols otherwise
+    memory.array(int(words[n]), out.size, np.float32)[:] = out
     if program.with_sum:
         memory.array(int(words[n + 1]), rows * cols, np.float32)[:] = rowops.summed(arrays, "float32").reshape(-1)
 
@@ -339,3 +340,24 @@ def test_recorded_slices_gathers_and_casts_compute_what_the_cpu_provider_compute
     assert len(copies) == 2 + 1  # g: [2], then [0, 1, -1 -> 2] (consecutive: one copy); r: rows 1..3 in one
     assert [type(s).__name__ for s in plan.steps] == ["Copy", "Take", "Take", "Elementwise", "Elementwise",
                                                       "Elementwise"]
+
+
+def test_recorded_reductions_of_trailing_axes_compute_what_the_cpu_provider_computes(tmp_path):
+    """ReduceMean over (H, W) kept as 1s, ReduceSum of the last axis dropped, ReduceMax of every axis (axes as an
+    input, opset 18) and ReduceMin: one row kernel each, a value per row."""
+    nodes = [helper.make_node("ReduceMean", ["x", "hw"], ["mean"]),
+             helper.make_node("ReduceSum", ["x", "last"], ["sum"], keepdims=0),
+             helper.make_node("ReduceMax", ["x"], ["max"], keepdims=0),
+             helper.make_node("ReduceMin", ["x", "last"], ["min"])]
+    model = make_model(nodes, [("x", F32, (2, 3, 4, 5))],
+                       [("mean", F32, (2, 3, 1, 1)), ("sum", F32, (2, 3, 4)), ("max", F32, ()),
+                        ("min", F32, (2, 3, 4, 1))],
+                       [("hw", np.array([2, -1], np.int64)), ("last", np.array([-1], np.int64))], opset=18)
+    feeds = {"x": np.random.default_rng(9).standard_normal((2, 3, 4, 5)).astype(np.float32)}
+    plan = plan_subgraph(whole_subgraph(model))
+    assert [(s.program.op, s.coerce_axis, s.keepdims) for s in plan.steps] == [
+        ("ReduceMean", 2, True), ("ReduceSum", 3, False), ("ReduceMax", 0, False), ("ReduceMin", 3, True)]
+    got, _ = _run_recorded(model, feeds, tmp_path)
+    for g, e in zip(got, cpu_outputs(model, feeds)):
+        assert g.shape == e.shape
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)

@@ -31,9 +31,12 @@ MS_OPS = {"Gelu", "SkipLayerNormalization"}
 COPIES = {"Transpose": 1, "Split": 2, "Concat": 4}  # strided copies (Identity kernel; Concat: 2-D memcpy)
 SELECTIONS = {"Slice": 10, "Gather": 1}  # Slice: a strided read (Identity kernel); Gather: 2-D memcpys
 CASTS = {"Cast": 6}  # between float32 and float16 (the copy kernel storing another type)
+REDUCTIONS = {"ReduceSum": 1, "ReduceMean": 1, "ReduceMax": 1, "ReduceMin": 1}  # trailing axes: a row kernel
+AXES_INPUT = {"ReduceSum": 13, "ReduceMean": 18, "ReduceMax": 18, "ReduceMin": 18}  # axes an input from this opset
 WINDOWS = {"Conv": 1, "MaxPool": 1, "AveragePool": 7, "GlobalAveragePool": 1}  # 2-D only
 AFFINE = {"BatchNormalization": 9}  # inference form, constant statistics: x * a + b per channel
-SINCE = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE, **SELECTIONS, **CASTS}
+SINCE = {**ELEMENTWISE, **VIEWS, **MATRIX, **ROWS, **COPIES, **WINDOWS, **AFFINE, **SELECTIONS, **CASTS,
+         **REDUCTIONS}
 """op -> the first opset taken"""
 
 
@@ -53,7 +56,8 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
         since = SINCE.get(op)
         if since is None:
             return (f"{op} is not supported yet (elementwise ops, MatMul, Gemm, Conv, pooling, BatchNormalization, "
-                    "Softmax, LayerNormalization, Transpose, Split, Concat, Slice, Gather, Cast and views are)")
+                    "Softmax, LayerNormalization, reductions, Transpose, Split, Concat, Slice, Gather, Cast and views "
+                    "are)")
         if opset < since:
             return f"{op} at opset {opset} has legacy semantics (supported from opset {since})"
         if opset > NEWEST_OPSET:
@@ -93,6 +97,9 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
         return _selection_reason(node, types, constant)
     if op in CASTS:
         return _cast_reason(node, types)
+    if op in REDUCTIONS:
+        _, why = reduced_axes(node, opset, len(types[node.inputs[0]].shape) if node.inputs else 0, constant)
+        return why or _float_reason(node, {node.inputs[0]: types[node.inputs[0]]})
     if op in WINDOWS:
         return _window_reason(node, types, constant)
     if op in AFFINE:
@@ -327,3 +334,40 @@ def _cast_reason(node: Any, types: dict) -> str | None:
         name = TensorProto.DataType.Name(to) if to in TensorProto.DataType.values() else str(to)
         return f"Cast to {name}: only float and float16 are supported"
     return _float_reason(node, types)
+
+
+def reduced_axes(node: Any, opset: int, rank: int, constant: Callable[[str], Any]) -> tuple[list[int], str | None]:
+    """The axes a Reduce node reduces (normalized, sorted) and None, or [] and why this provider cannot: the axes
+    must be constant and trailing (the rows of a row kernel: the last axis, or (H, W) of NCHW, or every axis)."""
+    attrs = dict(node.attrs)
+    if not node.inputs or not node.inputs[0]:
+        return [], "expected a data input"
+    extra = set(attrs) - {"axes", "keepdims", "noop_with_empty_axes"}
+    if extra:
+        return [], f"attribute(s) {', '.join(sorted(extra))} not supported"
+    if opset >= AXES_INPUT[node.op_type]:
+        if "axes" in attrs:
+            return [], f"'axes' is an input from opset {AXES_INPUT[node.op_type]}, not an attribute"
+        if len(node.inputs) > 1 and node.inputs[1]:
+            value = constant(node.inputs[1])
+            if value is None:
+                return [], "the axes are not a constant initializer"
+            axes = [int(a) for a in np.asarray(value).reshape(-1)]
+        else:
+            axes = []
+    else:
+        if len(node.inputs) > 1:
+            return [], f"expected one input before opset {AXES_INPUT[node.op_type]}"
+        axes = [int(a) for a in attrs.get("axes", ())]
+    if not axes:
+        if int(attrs.get("noop_with_empty_axes", 0)):
+            return [], "noop_with_empty_axes=1 with no axes (an identity) is not supported"
+        return list(range(rank)), None
+    if any(not -rank <= a < rank for a in axes):
+        return [], f"axes {axes} are out of range for rank {rank}"
+    norm = sorted({a % rank for a in axes})
+    if len(norm) != len(axes):
+        return [], f"axes {axes} repeat an axis"
+    if norm != list(range(rank - len(norm), rank)):
+        return [], f"axes {axes}: only trailing axes are reduced (the last, or the last few together)"
+    return norm, None

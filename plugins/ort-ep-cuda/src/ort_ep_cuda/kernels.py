@@ -20,7 +20,18 @@ import numpy as np
 from ort_core.plugins import FusedSubgraph
 
 from . import codegen, rowops, windows
-from .capability import AFFINE, COPIES, ELEMENTWISE, FLOATS, MS_DOMAIN, ROWS, WINDOWS, unsupported_reason
+from .capability import (
+    AFFINE,
+    COPIES,
+    ELEMENTWISE,
+    FLOATS,
+    MS_DOMAIN,
+    REDUCTIONS,
+    ROWS,
+    WINDOWS,
+    reduced_axes,
+    unsupported_reason,
+)
 
 
 # ------------------------------------------------------------------------------------------------- plan
@@ -61,8 +72,9 @@ class Gemm:
 @dataclass
 class Row:
     """A row kernel (``rowops``): ``inputs`` maps the program's input roles (x, skip, gamma, beta, bias) to value
-    names; ``coerce_axis``: Softmax before opset 13 (rows are the dims before it, flattened), else None (rows
-    are the last axis)."""
+    names; ``coerce_axis``: Softmax before opset 13 and the reductions (rows are the dims before it, flattened; a
+    reduction writes one value per row), else None (rows are the last axis). ``keepdims``: a reduction's reduced
+    axes stay as 1s."""
 
     program: rowops.RowProgram
     inputs: dict[str, str]
@@ -71,6 +83,7 @@ class Row:
     coerce_axis: int | None
     label: str
     total: str = ""  # SkipLayerNormalization's summed-input output, "" when unused
+    keepdims: bool = True
 
 
 @dataclass
@@ -207,7 +220,7 @@ def plan_subgraph(subgraph: FusedSubgraph) -> Plan:
     opset = opsets.get("", opsets.get("ai.onnx", 0))
     host_only = set()  # constants read on the host only (shapes, axes)
     for node in nodes:
-        if node.op_type in ("Reshape", "Squeeze", "Unsqueeze", "Slice", "Gather") and len(node.inputs) > 1:
+        if node.op_type in ("Reshape", "Squeeze", "Unsqueeze", "Slice", "Gather", *REDUCTIONS) and len(node.inputs) > 1:
             host_only.update(n for n in node.inputs[1:] if n)
     consumers: dict[str, list[int]] = {}
     for i, node in enumerate(nodes):
@@ -240,6 +253,11 @@ def plan_subgraph(subgraph: FusedSubgraph) -> Plan:
         dtype = FLOATS.get(graph.type_of(node.inputs[0]).elem_type, "")
         if op in ROWS or op == "SkipLayerNormalization":
             steps.append(_row(node, opset, dtype))
+        elif op in REDUCTIONS:
+            rank = len(graph.type_of(node.inputs[0]).shape)
+            axes, _ = reduced_axes(node, opset, rank, constant)
+            steps.append(Row(rowops.RowProgram(op, dtype), {"x": node.inputs[0]}, node.outputs[0], 0.0,
+                             rank - len(axes), node.label, keepdims=bool(node.attrs.get("keepdims", 1))))
         elif op == "Concat":
             rank = len(graph.type_of(node.inputs[0]).shape)
             steps.append(Concat(list(node.inputs), node.outputs[0], int(node.attrs["axis"]) % rank, dtype, node.label))

@@ -130,7 +130,13 @@ class StepRecorder:
         if "skip" in values and values["skip"].shape != x.shape:
             raise ValueError(f"{step.label}: the skip input has shape {list(values['skip'].shape)}, not the input's "
                              f"{list(x.shape)}")
-        out = buffer(step.out, x.shape, dtype)
+        shape = x.shape
+        if step.program.reduces:  # one value per row: the reduced (trailing) axes kept as 1s or dropped
+            kept = x.shape[:step.coerce_axis]
+            shape = kept + (1,) * (x.ndim - len(kept)) if step.keepdims else kept
+            if rows and not cols:
+                raise ValueError(f"{step.label}: reducing an empty axis is not supported on the GPU")
+        out = buffer(step.out, shape, dtype)
         total = buffer(step.total, x.shape, dtype) if step.total else None
         cfg = rowops.launch_config(rows, cols, self.sm_count, self.max_threads)
         if cfg is not None:

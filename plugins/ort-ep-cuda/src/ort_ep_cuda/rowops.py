@@ -1,5 +1,6 @@
 """Row kernels generated as CUDA C++ for NVRTC: Softmax, LayerNormalization and SkipLayerNormalization over the
-last axis (each row of ``cols`` elements is one block's work), their numpy references and launch layout.
+last axis, and the reductions (ReduceSum, ReduceMean, ReduceMax, ReduceMin) of trailing axes, one value per
+row (each row of ``cols`` elements is one block's work), their numpy references and launch layout.
 
 A ``RowProgram`` names the op, the dtype and which optional inputs it reads; the kernel takes one parameter
 struct of 8-byte words (``pack``): the input pointers in ``RowProgram.inputs`` order, the output pointer(s), the
@@ -18,11 +19,13 @@ import numpy as np
 
 from .codegen import _PRELUDE, DTYPES, LaunchConfig
 
-KINDS = ("Softmax", "LayerNormalization", "SkipLayerNormalization")
+REDUCTIONS = ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin")
+KINDS = ("Softmax", "LayerNormalization", "SkipLayerNormalization", *REDUCTIONS)
 OPTIONAL = {"Softmax": (), "LayerNormalization": ("beta",),
-            "SkipLayerNormalization": ("beta", "bias")}
+            "SkipLayerNormalization": ("beta", "bias"), **{op: () for op in REDUCTIONS}}
 """Per op, the inputs beyond its required ones that a program may read (present or not is in the name)."""
-REQUIRED = {"Softmax": ("x",), "LayerNormalization": ("x", "gamma"), "SkipLayerNormalization": ("x", "skip", "gamma")}
+REQUIRED = {"Softmax": ("x",), "LayerNormalization": ("x", "gamma"), "SkipLayerNormalization": ("x", "skip", "gamma"),
+            **{op: ("x",) for op in REDUCTIONS}}
 
 
 @dataclass(frozen=True)
@@ -55,6 +58,11 @@ class RowProgram:
     def cuda(self) -> str:
         return source(self)
 
+    @property
+    def reduces(self) -> bool:
+        """Whether the kernel writes one value per row (a reduction) rather than a row per row."""
+        return self.op in REDUCTIONS
+
 
 _REDUCE = r"""
 __device__ __forceinline__ float ort_warp_sum(float v) {
@@ -74,6 +82,18 @@ __device__ float ort_block_reduce(float v, float* scratch, bool is_max) {
   __syncthreads();
   v = lane < warps ? scratch[lane] : (is_max ? -INFINITY : 0.0f);
   return is_max ? ort_warp_max(v) : ort_warp_sum(v);
+}
+// the larger of two values, NaN when either is (as numpy's maximum): ReduceMax and ReduceMin propagate NaN
+__device__ __forceinline__ float ort_nanmax(float a, float b) { return (a != a || a > b) ? a : b; }
+__device__ float ort_block_nanmax(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = (blockDim.x + 31) >> 5;
+  for (int o = 16; o > 0; o >>= 1) v = ort_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : -INFINITY;
+  for (int o = 16; o > 0; o >>= 1) v = ort_nanmax(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
 }
 """
 
@@ -101,8 +121,22 @@ def source(p: RowProgram) -> str:
              "  const long long cols = p.cols;",
              "  for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {",
              "    const long long base = row * cols;",
-             f"    {ctype}* y = ({ctype}*)p.y + base;"]
-    if p.op == "Softmax":
+             f"    {ctype}* y = ({ctype}*)p.y + {'row' if p.reduces else 'base'};"]
+    if p.reduces:
+        x = load("x", "base + c")
+        if p.op in ("ReduceSum", "ReduceMean"):
+            total = "s / (float)cols" if p.op == "ReduceMean" else "s"
+            lines += ["    float s = 0.0f;",
+                      f"    for (long long c = threadIdx.x; c < cols; c += blockDim.x) s += {x};",
+                      "    s = ort_block_reduce(s, scratch, false);",
+                      f"    if (threadIdx.x == 0) y[0] = {store(total)};"]
+        else:  # the minimum as the negated maximum of the negated values
+            sign = "-" if p.op == "ReduceMin" else ""
+            lines += ["    float m = -INFINITY;",
+                      f"    for (long long c = threadIdx.x; c < cols; c += blockDim.x) m = ort_nanmax(m, {sign}{x});",
+                      "    m = ort_block_nanmax(m, scratch);",
+                      f"    if (threadIdx.x == 0) y[0] = {store(sign + 'm')};"]
+    elif p.op == "Softmax":
         x = load("x", "base + c")
         # float16: each step rounds as the CPU provider's float16 arithmetic does (x - max, exp, the sum, the
         # quotient); the sum itself is accumulated in float32
@@ -166,6 +200,14 @@ def reference(program: RowProgram, arrays: dict[str, np.ndarray], eps: float = 1
     output of SkipLayerNormalization is ``summed``."""
     a = {k: np.asarray(v).astype(np.float32) for k, v in arrays.items()}
     x = a["x"]
+    if program.reduces:  # one value per row: the last axis reduced
+        with np.errstate(invalid="ignore"):
+            if program.op in ("ReduceMax", "ReduceMin"):
+                pick = np.max if program.op == "ReduceMax" else np.min
+                out = pick(x, axis=-1, initial=-np.inf if program.op == "ReduceMax" else np.inf)
+            else:
+                out = x.sum(axis=-1) / (np.float32(x.shape[-1]) if program.op == "ReduceMean" else np.float32(1))
+        return out.astype(program.dtype)
     if program.op == "Softmax":
         if program.dtype == "float16":  # rounded step by step, the sum accumulated in float32
             def r(v):
