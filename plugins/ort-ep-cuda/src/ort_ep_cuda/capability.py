@@ -225,14 +225,20 @@ def _window_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> st
     return _float_reason(node, {n: types[n] for n in node.inputs if n})
 
 
-def _copy_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
-    op, attrs = node.op_type, dict(node.attrs)
+def _tensor_data(node: Any, types: dict) -> tuple[str, int, str | None]:
+    """The node's data input and its rank, and why it cannot be copied from (none, or a scalar) or None."""
     data = node.inputs[0] if node.inputs else ""
     if not data:
-        return "expected a data input"
+        return "", 0, "expected a data input"
     rank = len(types[data].shape)
-    if rank == 0:
-        return f"{op} of a scalar"
+    return data, rank, f"{node.op_type} of a scalar" if rank == 0 else None
+
+
+def _copy_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
+    op, attrs = node.op_type, dict(node.attrs)
+    data, rank, why = _tensor_data(node, types)
+    if why:
+        return why
     if op == "Concat":
         if not all(node.inputs) or set(attrs) != {"axis"}:
             return "expected inputs and an 'axis'"
@@ -294,12 +300,9 @@ def _view_reason(node: Any, opset: int, types: dict, constant: Callable[[str], A
 def _selection_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
     """Slice with constant starts, ends, axes and steps; Gather with constant indices (the data any float)."""
     op, attrs = node.op_type, dict(node.attrs)
-    data = node.inputs[0] if node.inputs else ""
-    if not data:
-        return "expected a data input"
-    rank = len(types[data].shape)
-    if rank == 0:
-        return f"{op} of a scalar"
+    data, rank, why = _tensor_data(node, types)
+    if why:
+        return why
     if op == "Gather":
         if len(node.inputs) != 2 or not node.inputs[1] or set(attrs) - {"axis"}:
             return "expected data, indices and only 'axis'"
