@@ -240,16 +240,14 @@ def _copy_on(t, allocator, target) -> Callable:
 def _staged_copy_on(t, allocator, target, staging) -> Callable:
     """Copy a host value into a staging buffer, then from there on ``stream``; the buffer is the second result,
     so that the plan holds it until the copy is certainly done."""
+    plain = _copy_on(t, allocator, target)
+
     def copy(value, stream, memory=None):
         if not isinstance(value, np.ndarray) or value.dtype.hasobject:  # strings, sequences: copied as they are
-            out = _like(allocator, target, value, memory, stream)
-            t.copy_into(value, out, stream)
-            return (out, None)
+            return (*plain(value, stream, memory), None)
         staged = host_array(staging.allocate(value.nbytes), value.shape, value.dtype)
         np.copyto(staged, value)
-        out = _like(allocator, target, staged, memory, stream)
-        t.copy_into(staged, out, stream)
-        return (out, staged)
+        return (*plain(staged, stream, memory), staged)
 
     return copy
 

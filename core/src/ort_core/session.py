@@ -231,8 +231,8 @@ class InferenceSession:
             self._optimizer_stats["early_fusion"] = fuse_nodes(model, {n.id for n in graph.nodes}, frozenset(early))
         check_outputs = self._sess_options._config.get(CHECK_OUTPUTS_KEY, "0") == "1"
         where = Placement(self._providers, self._instances, model.opset_imports, self._custom_ops, self._strict,
-                          {p for p, pref in prefs.items() if pref.bakes_weights}, check_outputs, model.source)
-        where.channels_last = {p for p, pref in prefs.items() if pref.layout == "NHWC"}
+                          {p for p, pref in prefs.items() if pref.bakes_weights}, check_outputs, model.source,
+                          channels_last={p for p, pref in prefs.items() if pref.layout == "NHWC"})
         where.bodies = self._bodies = BodyPlanner(where)
         part, kernels = place(graph, where, model)
         for provider, count in part.transformed.items():  # the providers' own rewrites (CPU: its fusions)

@@ -276,13 +276,10 @@ def test_probe_verdicts_belong_to_the_session_and_outlive_it_in_the_cache_folder
 
 def test_sessions_saving_verdicts_to_one_folder_keep_each_others(tmp_path):
     folder = str(tmp_path)
-    a, b = capability.VerdictCache("t"), capability.VerdictCache("t")
-    a.load(folder, "tag")
-    b.load(folder, "tag")
+    a, b = capability.VerdictCache("t", folder, "tag"), capability.VerdictCache("t", folder, "tag")
     a.put("one", "")
     b.put("two", "no")
-    a.save(folder, "tag")
-    b.save(folder, "tag")  # written after a's save: keeps a's verdict too
-    c = capability.VerdictCache("t")
-    c.load(folder, "tag")
+    a.save()
+    b.save()  # written after a's save: keeps a's verdict too
+    c = capability.VerdictCache("t", folder, "tag")
     assert sorted(c.keys()) == ["one", "two"] and c.get("two") == "no"

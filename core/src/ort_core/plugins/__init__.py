@@ -6,6 +6,7 @@ library once, the ONNX-domain spelling, Constant-node values); the contract itse
 """
 
 from ..ir.graph import is_onnx_domain, onnx_domain
+from ..ir.shape_values import slice_window
 from .context import ArtifactCache, context_blob, is_context_node
 from .hookspecs import hookimpl
 from .kernel import ContextKernel, KernelContext
@@ -35,4 +36,4 @@ __all__ = ["ArtifactCache", "Capability", "ContextKernel", "ExecutionProvider", 
            "SharedContext", "TransformView",
            "UnsupportedSubgraph", "VerdictCache", "canonical", "constant_node_value", "constant_node_values",
            "context_blob", "hookimpl", "is_context_node", "is_onnx_domain", "missing_symbols", "onnx_domain",
-           "provider_hooks", "user_cache_dir"]
+           "provider_hooks", "slice_window", "user_cache_dir"]

@@ -18,13 +18,16 @@ import threading
 
 
 class VerdictCache:
-    """signature -> verdict ("" or the reason); ``prefix`` names the files (``<prefix>-probes-<tag hash>.json``)."""
+    """signature -> verdict ("" or the reason), read from and saved to one file: ``<prefix>-probes-<tag hash>.json``
+    in ``folder`` (none: memory only). The tag names what the verdicts depend on, so a file of another tag is never
+    read. The file's verdicts are loaded when the cache is made."""
 
-    def __init__(self, prefix: str) -> None:
-        self.prefix = prefix
-        self._results: dict[str, str] = {}
-        self._loaded: set[str] = set()
-        self._dirty: set[str] = set()
+    def __init__(self, prefix: str, folder: str = "", tag: str = "") -> None:
+        self.tag = tag
+        self.path = os.path.join(folder, f"{prefix}-probes-{hashlib.sha1(tag.encode()).hexdigest()[:12]}.json") \
+            if folder else ""
+        self._results: dict[str, str] = _read(self.path, tag) if self.path else {}
+        self._dirty = False
         self._lock = threading.Lock()
 
     def get(self, key: str) -> str | None:
@@ -36,7 +39,7 @@ class VerdictCache:
         """Remember the verdict for ``key`` ("" when it compiles), to be written by the next ``save``."""
         with self._lock:
             self._results[key] = reason
-            self._dirty.update(self._loaded)
+            self._dirty = True
 
     def keys(self) -> list[str]:
         """Every signature with a verdict."""
@@ -47,43 +50,16 @@ class VerdictCache:
         with self._lock:
             return len(self._results)
 
-    def clear(self) -> None:
-        """Forget every verdict (in memory; files stay)."""
+    def save(self) -> None:
+        """Write the verdicts to the file when some were added since the last save (atomically), keeping those
+        other sessions saved there meanwhile."""
         with self._lock:
-            self._results.clear()
-            self._loaded.clear()
-            self._dirty.clear()
-
-    def path(self, folder: str, tag: str) -> str:
-        """The file holding the verdicts of ``tag`` in ``folder``."""
-        return os.path.join(folder, f"{self.prefix}-probes-{hashlib.sha1(tag.encode()).hexdigest()[:12]}.json")
-
-    def load(self, folder: str, tag: str) -> None:
-        """Add the verdicts saved in ``folder`` under ``tag`` (once per file); no folder: memory only."""
-        if not folder:
-            return
-        path = self.path(folder, tag)
-        with self._lock:
-            if path in self._loaded:
+            if not self.path or not self._dirty:
                 return
-        results = _read(path, tag)
-        with self._lock:
-            for k, v in results.items():
-                self._results.setdefault(k, v)
-            self._loaded.add(path)
-
-    def save(self, folder: str, tag: str) -> None:
-        """Write the verdicts back when some were added since that file was loaded (atomically)."""
-        if not folder:
-            return
-        path = self.path(folder, tag)
-        with self._lock:
-            if path not in self._dirty:
-                return
-            self._dirty.discard(path)
+            self._dirty = False
             results = dict(self._results)
-        saved = _read(path, tag)  # verdicts other sessions saved since this one loaded the file are kept
-        write_atomically(path, json.dumps({"tag": tag, "results": {**saved, **results}}).encode())
+        saved = _read(self.path, self.tag)
+        write_atomically(self.path, json.dumps({"tag": self.tag, "results": {**saved, **results}}).encode())
 
 
 def _read(path: str, tag: str) -> dict[str, str]:

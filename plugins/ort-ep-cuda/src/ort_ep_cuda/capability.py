@@ -91,10 +91,12 @@ def unsupported_reason(node: Any, opsets: dict[str, int], type_of: Callable[[str
         return _matrix_reason(node, types)
     if op in ROWS or op == "SkipLayerNormalization":
         return _row_reason(node, opset, types)
-    if op in COPIES:
-        return _copy_reason(node, types, constant)
-    if op in SELECTIONS:
-        return _selection_reason(node, types, constant)
+    if op in COPIES or op in SELECTIONS:
+        data, rank, why = _tensor_data(node, types)
+        if why:
+            return why
+        check = _copy_reason if op in COPIES else _selection_reason
+        return check(node, data, rank, types, constant)
     if op in CASTS:
         return _cast_reason(node, types)
     if op in REDUCTIONS:
@@ -226,7 +228,8 @@ def _window_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> st
 
 
 def _tensor_data(node: Any, types: dict) -> tuple[str, int, str | None]:
-    """The node's data input and its rank, and why it cannot be copied from (none, or a scalar) or None."""
+    """The node's data input and its rank, and why it cannot be copied from (none, or a scalar) or None: what the
+    copy and selection ops check first."""
     data = node.inputs[0] if node.inputs else ""
     if not data:
         return "", 0, "expected a data input"
@@ -234,11 +237,8 @@ def _tensor_data(node: Any, types: dict) -> tuple[str, int, str | None]:
     return data, rank, f"{node.op_type} of a scalar" if rank == 0 else None
 
 
-def _copy_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
+def _copy_reason(node: Any, data: str, rank: int, types: dict, constant: Callable[[str], Any]) -> str | None:
     op, attrs = node.op_type, dict(node.attrs)
-    data, rank, why = _tensor_data(node, types)
-    if why:
-        return why
     if op == "Concat":
         if not all(node.inputs) or set(attrs) != {"axis"}:
             return "expected inputs and an 'axis'"
@@ -297,12 +297,9 @@ def _view_reason(node: Any, opset: int, types: dict, constant: Callable[[str], A
     return None if op == "Squeeze" else "Unsqueeze needs axes"
 
 
-def _selection_reason(node: Any, types: dict, constant: Callable[[str], Any]) -> str | None:
+def _selection_reason(node: Any, data: str, rank: int, types: dict, constant: Callable[[str], Any]) -> str | None:
     """Slice with constant starts, ends, axes and steps; Gather with constant indices (the data any float)."""
     op, attrs = node.op_type, dict(node.attrs)
-    data, rank, why = _tensor_data(node, types)
-    if why:
-        return why
     if op == "Gather":
         if len(node.inputs) != 2 or not node.inputs[1] or set(attrs) - {"axis"}:
             return "expected data, indices and only 'axis'"

@@ -19,8 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from ort_core.memory import Device, DeviceTensor
-from ort_core.memory.arena import HostArena
+from ort_core.memory import Device, DeviceTensor, HostArena
 
 from . import cuda_api as api
 from .runtime import CudaError, Runtime, runtime

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ort_core.plugins import slice_window
+
+from . import codegen
+
 
 @dataclass(frozen=True)
 class Strided:
@@ -21,21 +25,11 @@ class Strided:
     strides: tuple[int, ...]
 
 
-def contiguous_strides(shape: Sequence[int]) -> tuple[int, ...]:
-    """Element strides of a C-contiguous array of ``shape``."""
-    out, acc = [], 1
-    for d in reversed(tuple(shape)):
-        out.append(acc)
-        acc *= max(int(d), 1)
-    return tuple(reversed(out))
-
-
 def slice_view(shape: Sequence[int], starts: Sequence[int], ends: Sequence[int], axes: Sequence[int] | None = None,
                steps: Sequence[int] | None = None) -> Strided:
     """ONNX Slice (opset 10 and later) of a C-contiguous input of ``shape``: starts and ends clamped as the
-    operator defines them (negative values count from the end; for a negative step, start is clamped to
-    [0, dim - 1] and end to [-1, dim - 1]). ValueError for a zero step, a repeated or out-of-range axis, or
-    lists of different lengths."""
+    operator defines them (``ort_core.plugins.slice_window``). ValueError for a zero step, a repeated or
+    out-of-range axis, or lists of different lengths."""
     shape = tuple(int(d) for d in shape)
     rank = len(shape)
     starts, ends = [int(v) for v in starts], [int(v) for v in ends]
@@ -51,23 +45,15 @@ def slice_view(shape: Sequence[int], starts: Sequence[int], ends: Sequence[int],
         norm.append(a % rank)
     if len(set(norm)) != len(norm):
         raise ValueError(f"Slice: axes {axes} repeat an axis")
-    base = contiguous_strides(shape)
+    base = codegen.broadcast_strides(shape, None, 1, shape)  # C order, in elements
     first = [0] * rank
     sizes = list(shape)
     scale = [1] * rank
     for a, start, end, step in zip(norm, starts, ends, steps):
         if step == 0:
             raise ValueError("Slice: a step of 0")
-        dim = shape[a]
-        start = start + dim if start < 0 else start
-        end = end + dim if end < 0 else end
-        if step > 0:
-            start, end = min(max(start, 0), dim), min(max(end, 0), dim)
-            size = max(0, -(-(end - start) // step))
-        else:
-            start, end = min(max(start, 0), dim - 1), min(max(end, -1), dim - 1)
-            size = max(0, -(-(start - end) // -step))
-        first[a], sizes[a], scale[a] = start, size, step
+        picked = range(shape[a])[slice_window(shape[a], start, end, step)]  # the spec's clamping, as the core's
+        first[a], sizes[a], scale[a] = picked.start if len(picked) else 0, len(picked), step
     if 0 in sizes:
         return Strided(0, tuple(sizes), (0,) * rank)
     offset = sum(f * b for f, b in zip(first, base))

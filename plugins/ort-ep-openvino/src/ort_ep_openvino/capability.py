@@ -432,14 +432,8 @@ class Prober:
     known (this session's, and those its cache folder holds from earlier sessions and processes)."""
 
     def __init__(self, core: rt.Core, device: str, folder: str) -> None:
-        self.core, self.device, self.folder = core, device, folder
-        self.verdicts = VerdictCache("ort-ep-openvino")
-        self.tag = probe_tag()
-        self.verdicts.load(folder, self.tag)
-
-    def save(self) -> None:
-        """Keep the verdicts found since loading in the cache folder (none: memory only)."""
-        self.verdicts.save(self.folder, self.tag)
+        self.core, self.device = core, device
+        self.verdicts = VerdictCache("ort-ep-openvino", folder, probe_tag())
 
     def reason(self, node: Any, ctx: Context) -> str | None:
         """None when a one-node model of ``node`` reads and compiles on the device, else why not.

@@ -47,6 +47,7 @@ class OpenVINOProvider(ExecutionProvider):
             self.opts = dataclasses.replace(self.opts, num_of_threads=budget)
         self._core: rt.Core | None = None
         self._prober: Prober | None = None
+        self._device_problem: str | None = None
         self._lock = threading.Lock()
 
     @property
@@ -78,7 +79,7 @@ class OpenVINOProvider(ExecutionProvider):
             return Capability.from_reasons(nodes, lambda node: device_problem)
         ctx, prober = Context.of_view(graph, self.opts.enable_qdq_optimizer), self.prober
         capability = Capability.from_reasons(nodes, lambda node: unsupported_reason(node, ctx, prober))
-        prober.save()
+        prober.verdicts.save()
         return capability
 
     def compile_subgraph(self, subgraph):
@@ -93,11 +94,14 @@ class OpenVINOProvider(ExecutionProvider):
         return compile_subgraph(subgraph, self.opts, self.core)
 
     def device_reason(self) -> str:
-        """Why the requested device cannot be used here (absent, or the precision unsupported), or ""."""
-        try:
-            return device_reason(self.opts, self.core)
-        except (rt.RuntimeUnavailable, rt.OpenVINOError) as e:
-            return str(e)
+        """Why the requested device cannot be used here (absent, or the precision unsupported), or ""; asked of
+        OpenVINO once per instance (capability and every compile read it)."""
+        if self._device_problem is None:
+            try:
+                self._device_problem = device_reason(self.opts, self.core)
+            except (rt.RuntimeUnavailable, rt.OpenVINOError) as e:
+                self._device_problem = str(e)
+        return self._device_problem
 
 
 def probe_device(opts: Options) -> str:

@@ -231,7 +231,6 @@ class Core:
         rt.check(rt.lib.ov_core_create(out), "ov_core_create")
         self.ptr = rt.ffi.gc(out[0], rt.lib.ov_core_free)
         self._devices: list[str] | None = None
-        self.compile_lock = rt.lock
 
     def available_devices(self) -> list[str]:
         if self._devices is None:
@@ -258,7 +257,7 @@ class Core:
         """An ov_model_t* (owned) from a serialized ONNX model; weights must be inside it."""
         ffi, lib = self.rt.ffi, self.rt.lib
         out = ffi.new("ov_model_t **")
-        with self.compile_lock:
+        with self.rt.lock:
             self.rt.check(lib.ov_core_read_model_from_memory_buffer(self.ptr, onnx_bytes, len(onnx_bytes),
                                                                     ffi.NULL, out),
                           "ov_core_read_model_from_memory_buffer")
@@ -271,7 +270,7 @@ class Core:
         # wants variadic arguments as typed cdata, hence the explicit char* casts
         keep = [ffi.new("char[]", str(s).encode()) for kv in properties.items() for s in kv]
         args = [ffi.cast("char *", b) for b in keep]
-        with self.compile_lock:
+        with self.rt.lock:
             self.rt.check(lib.ov_core_compile_model(self.ptr, model, device.encode(), len(args), out, *args),
                           f"ov_core_compile_model({device})")
         return CompiledModel(self, ffi.gc(out[0], lib.ov_compiled_model_free))

@@ -154,15 +154,9 @@ class Prober:
     PER_CONTEXT = 64
 
     def __init__(self, folder: str = "", tag: str = "") -> None:
-        self.folder, self.tag = folder, tag
-        self.verdicts = VerdictCache("ort-ep-qnn")
-        self.verdicts.load(folder, tag)
+        self.verdicts = VerdictCache("ort-ep-qnn", folder, tag)
         self._contexts: dict[tuple[str, Target], Context] = {}
         self._count = 0
-
-    def save(self) -> None:
-        """Keep the verdicts found since loading in the cache folder (none: memory only)."""
-        self.verdicts.save(self.folder, self.tag)
 
     def verdict(self, key: str, node: Any, values: Values, backend: Backend, target: Target, precision: int,
                 group: tuple[list[Any], list[Any]] | None = None) -> str:

@@ -157,7 +157,7 @@ class QNNProvider(ExecutionProvider):
             return unsupported_reason(node, values, backend, opts.target, opts.precision, prober)
 
         capability = Capability.from_reasons(nodes, reason)
-        prober.save()
+        prober.verdicts.save()
         return capability
 
     def _session_context(self) -> rt.Context:

@@ -11,6 +11,7 @@ import numpy as np
 
 from ....errors import KernelError
 from ....ir.graph import Node
+from ....ir.shape_values import slice_window
 from ....limits import check_tensor_size
 from ..registry import register
 
@@ -282,9 +283,10 @@ whether that start lies before the first element (where ONNX and Python differ) 
 
 
 def _slice_index(node: Node, ndim: int, starts, ends, axes, steps, shape=None) -> tuple | object:
-    """The numpy index of a Slice over an input of rank ``ndim``. Python slices clamp as ONNX does, except for
-    a negative step whose start is still below 0 after adding the dim: ONNX clamps it to 0 (one element), Python
-    reads nothing; with ``shape`` that start is clamped to -dim, without it the answer is NEEDS_DIMS."""
+    """The numpy index of a Slice over an input of rank ``ndim``. With ``shape``, each axis is clamped by the spec's
+    rule (``slice_window``). Without it, Python slices stand in (they clamp as ONNX does), except for a negative
+    step whose start may lie before the first element once the dim is added: ONNX clamps such a start to 0 (one
+    element), Python reads nothing, so the answer is NEEDS_DIMS."""
     if axes is None and steps is None and len(starts) == len(ends) <= ndim:  # fast path
         return tuple(slice(s, e) for s, e in zip(starts, ends))
     if len(ends) != len(starts):
@@ -303,15 +305,15 @@ def _slice_index(node: Node, ndim: int, starts, ends, axes, steps, shape=None) -
     elif len(steps) != len(starts):
         raise KernelError(f"{node.label}: steps and starts differ in length")
     index = [slice(None)] * ndim
-    # Python slices clamp exactly as ONNX does (negative ends/starts count from the end).
     for a, s, e, st in zip(axes_n, starts, ends, steps):
         if st == 0:
             raise KernelError(f"{node.label}: slice step cannot be 0")
-        if st < 0 and s < 0:
-            if shape is None:
-                return NEEDS_DIMS
-            s = max(s, -shape[a])
-        index[a] = slice(s, e, st)
+        if shape is not None:
+            index[a] = slice_window(shape[a], s, e, st)
+        elif st < 0 and s < 0:
+            return NEEDS_DIMS
+        else:
+            index[a] = slice(s, e, st)
     return tuple(index)
 
 
